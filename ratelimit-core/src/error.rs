@@ -1,0 +1,145 @@
+//! Errors: configuration, cost and store errors.
+
+use std::time::Duration;
+
+/// A configuration that cannot be built, with what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A limit, window, rate or burst of zero.
+    #[error("{field} must be greater than zero")]
+    Zero {
+        /// Which value.
+        field: &'static str,
+    },
+    /// NaN or infinity.
+    #[error("{field} must be a finite number")]
+    NonFinite {
+        /// Which value.
+        field: &'static str,
+    },
+    /// A window shorter than one microsecond, or not a whole number of microseconds.
+    #[error("{field} must be a whole number of microseconds, at least 1 µs")]
+    WindowTooShort {
+        /// Which value.
+        field: &'static str,
+    },
+    /// A window longer than the supported maximum.
+    #[error("{field} must be at most {max:?}")]
+    WindowTooLong {
+        /// Which value.
+        field: &'static str,
+        /// The longest accepted.
+        max: Duration,
+    },
+    /// A value outside the exact integer range.
+    #[error("{field} is out of range: {detail}")]
+    OutOfRange {
+        /// Which value.
+        field: &'static str,
+        /// What the bound is and what to change.
+        detail: String,
+    },
+    /// A policy name that cannot be used in keys or headers.
+    #[error(
+        "invalid policy name {name:?}: use 1 to 64 characters of A-Z a-z 0-9 _ - ."
+    )]
+    InvalidName {
+        /// The name given.
+        name: String,
+    },
+    /// A namespace that cannot be used in keys.
+    #[error(
+        "invalid namespace {namespace:?}: use 1 to 64 characters of A-Z a-z 0-9 _ - ."
+    )]
+    InvalidNamespace {
+        /// The namespace given.
+        namespace: String,
+    },
+    /// A limiter built without a quota.
+    #[error("a limiter needs at least one quota")]
+    NoQuota,
+    /// A limiter built without a timer while the `tokio` feature is off.
+    #[error("no timer: enable ratelimit-core's `tokio` feature or call `LimiterBuilder::timer`")]
+    NoTimer,
+}
+
+/// A cost that can never be admitted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CostError {
+    /// A cost of zero: every call costs at least 1.
+    #[error("cost must be at least 1")]
+    Zero,
+    /// A cost larger than the limit or capacity: it would be denied forever.
+    #[error("cost {cost} exceeds the limit {limit} of policy {policy:?}: it could never be admitted")]
+    ExceedsLimit {
+        /// The cost asked for.
+        cost: u64,
+        /// The policy's limit or capacity.
+        limit: u64,
+        /// The policy name.
+        policy: String,
+    },
+}
+
+/// An error from a store: the decision could not be made.
+///
+/// The limiter turns it into a decision through its failure policy.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The cost can never be admitted.
+    #[error(transparent)]
+    Cost(#[from] CostError),
+    /// The store did not answer in time.
+    #[error("store timed out after {0:?}")]
+    Timeout(Duration),
+    /// The backend failed; `transient` says whether a retry may succeed.
+    #[error("{message}")]
+    Backend {
+        /// What went wrong.
+        message: String,
+        /// Whether retrying later may succeed (connection loss, timeout, failover).
+        transient: bool,
+        /// The backend's own error.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
+}
+
+impl StoreError {
+    /// A backend error with its source.
+    pub fn backend(
+        message: impl Into<String>,
+        transient: bool,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Self::Backend {
+            message: message.into(),
+            transient,
+            source: Some(source.into()),
+        }
+    }
+
+    /// A backend error without a source.
+    pub fn message(message: impl Into<String>, transient: bool) -> Self {
+        Self::Backend {
+            message: message.into(),
+            transient,
+            source: None,
+        }
+    }
+
+    /// Whether the same call may succeed later (timeouts, lost connections).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Cost(_) => false,
+            Self::Timeout(_) => true,
+            Self::Backend { transient, .. } => *transient,
+        }
+    }
+}
+
+/// `Result` with [`StoreError`] by default.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -1,0 +1,27 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod clock;
+pub mod decision;
+pub mod error;
+pub mod headers;
+pub mod limiter;
+pub mod model;
+pub mod quota;
+pub mod store;
+
+pub use clock::{Clock, ManualClock, Micros, SystemClock};
+pub use decision::{Decision, Source};
+pub use error::{ConfigError, CostError, Result, StoreError};
+pub use headers::RateLimitHeaders;
+#[cfg(feature = "tokio")]
+pub use limiter::TokioTimer;
+pub use limiter::{
+    DEFAULT_TIMEOUT, FailurePolicy, Limiter, LimiterBuilder, LimiterStats, Sleep, Timer,
+};
+pub use model::{State, Step};
+pub use quota::{Algorithm, AlgorithmKind, Bucket, MAX_EXACT, Quota, Rate, Window};
+pub use store::Store;
+
+/// Re-exported so store implementations use the same macro version.
+pub use async_trait::async_trait;

@@ -1,0 +1,60 @@
+use std::collections::VecDeque;
+
+use crate::clock::Micros;
+use crate::decision::Decision;
+use crate::quota::Window;
+
+/// Sliding log state: admitted calls as `(time, cost)`, oldest first, calls at
+/// the same microsecond merged into one entry.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SlidingLogState {
+    /// `(time in µs, cost)` in ascending time order, one entry per time.
+    pub entries: VecDeque<(Micros, u64)>,
+}
+
+/// Entries at `t <= now - W` have left the trailing window `(now - W, now]`.
+/// Admitted iff the cost of the remaining entries plus `cost` is at most the
+/// limit. Entries later than `now` (a clock that went back) still count.
+pub(super) fn step(
+    w: &Window,
+    state: Option<SlidingLogState>,
+    now: Micros,
+    cost: u64,
+) -> (Decision, SlidingLogState, Micros) {
+    let (limit, width) = (w.limit(), w.window_micros());
+    let mut s = state.unwrap_or_default();
+    while s.entries.front().is_some_and(|&(t, _)| t + width <= now) {
+        s.entries.pop_front();
+    }
+    let total: u64 = s.entries.iter().map(|&(_, c)| c).sum();
+    let allowed = total + cost <= limit;
+    let mut retry = None;
+    if allowed {
+        // Insert keeping time order; merge with an entry at the same time.
+        let pos = s.entries.partition_point(|&(t, _)| t < now);
+        match s.entries.get_mut(pos) {
+            Some((t, c)) if *t == now => *c += cost,
+            _ => s.entries.insert(pos, (now, cost)),
+        }
+    } else {
+        // Oldest first: wait until enough entries have left the window.
+        let mut left = total;
+        for &(t, c) in &s.entries {
+            left -= c;
+            if left + cost <= limit {
+                retry = Some(t + width - now);
+                break;
+            }
+        }
+    }
+    let used = if allowed { total + cost } else { total };
+    let reset = s
+        .entries
+        .back()
+        .map_or(0, |&(t, _)| (t + width).saturating_sub(now));
+    (
+        Decision::from_store(allowed, limit, limit - used, reset, retry),
+        s,
+        reset,
+    )
+}

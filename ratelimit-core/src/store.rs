@@ -1,0 +1,44 @@
+//! The store trait: one call per decision.
+
+use async_trait::async_trait;
+
+use crate::decision::Decision;
+use crate::error::Result;
+use crate::quota::Quota;
+
+/// Where callers' rate-limit state lives: in process, in Redis, in a cluster,
+/// or anywhere a user implements it.
+///
+/// # Contract
+///
+/// `decide` makes one decision for `key` under `quota` at cost `cost`,
+/// atomically: the read, the arithmetic and the write of the caller's state
+/// happen as one step with respect to every other call on the same key, from
+/// this or any other store instance sharing the backend. Its decisions equal
+/// those of [`crate::model::decide`] at the store's notion of "now". Keys are
+/// arbitrary bytes and fully isolated from each other; state is kept per
+/// `(key, quota.name(), quota.kind())` and expires after the model's derived
+/// TTL. A denial is `Ok` with `allowed == false`; `Err` means no decision
+/// could be made (the limiter applies its failure policy). A cost of zero or
+/// above the quota's limit is `Err(StoreError::Cost)`.
+///
+/// `ratelimit-testkit` checks all of this for any store.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Makes one decision. See the trait's contract.
+    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision>;
+}
+
+#[async_trait]
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
+        (**self).decide(key, quota, cost).await
+    }
+}
+
+#[async_trait]
+impl<S: Store + ?Sized> Store for Box<S> {
+    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
+        (**self).decide(key, quota, cost).await
+    }
+}
