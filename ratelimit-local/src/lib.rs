@@ -1,1 +1,5 @@
-//! Work in progress.
+#![doc = include_str!("../README.md")]
+
+mod store;
+
+pub use store::DashMapStore;
