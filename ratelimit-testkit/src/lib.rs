@@ -1,1 +1,7 @@
-//! Work in progress.
+#![doc = include_str!("../README.md")]
+
+pub mod conformance;
+#[cfg(feature = "redis")]
+pub mod redis_server;
+
+pub use conformance::{Contract, StoreFactory, SuiteConfig, Violation, run_all};

@@ -1,0 +1,179 @@
+//! The conformance suite: contracts 1-9 of the design, checked for any store.
+//!
+//! Every function takes a [`StoreFactory`] and a [`SuiteConfig`], runs
+//! proptest-generated sequences of `(time, key, cost)` calls against stores
+//! from the factory, and returns the first [`Violation`] found, with the
+//! contract it breaks and the (shrunk) failing sequence.
+//!
+//! The functions must run inside a **multi-threaded** tokio runtime
+//! (`#[tokio::test(flavor = "multi_thread")]`): proptest's runner is
+//! synchronous and each case drives the async store with
+//! `block_in_place` + `Handle::block_on`.
+//!
+//! The trailing-window checks (contracts 2-5) are computed by brute force over
+//! the log of admitted calls; they do not reuse the model's arithmetic.
+
+mod checks;
+mod concurrency;
+mod oracle;
+mod scenario;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ratelimit_core::{ManualClock, Store};
+
+pub use checks::{
+    fixed_window_bound, keys_isolated, model_agreement, retry_after_exact, sliding_log_exact,
+    sliding_window_rule, state_expires, token_bucket_bound,
+};
+pub use concurrency::{concurrency, concurrency_server_clock};
+
+/// Makes the stores under test.
+///
+/// ```
+/// use std::sync::Arc;
+/// use ratelimit_core::{ManualClock, Store, SystemClock};
+/// use ratelimit_local::DashMapStore;
+/// use ratelimit_testkit::StoreFactory;
+///
+/// struct Local;
+///
+/// #[async_trait::async_trait]
+/// impl StoreFactory for Local {
+///     async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>> {
+///         // One in-process map: every "instance" is the same store.
+///         let store: Arc<dyn Store> = match clock {
+///             Some(c) => Arc::new(DashMapStore::with_clock(c)),
+///             None => Arc::new(DashMapStore::with_clock(SystemClock)),
+///         };
+///         vec![store; n]
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait StoreFactory: Send + Sync {
+    /// `n` store instances sharing one backend, each on its own connection
+    /// where the backend has connections (as separate app servers would).
+    ///
+    /// `clock`: `Some` → the stores take "now" from it (the suite moves it);
+    /// `None` → the backend's own clock (Redis `TIME`, the system clock).
+    async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>>;
+}
+
+/// How hard the suite tries.
+#[derive(Debug, Clone)]
+pub struct SuiteConfig {
+    /// Proptest cases per property (default 64; fixed so CI is reproducible).
+    pub cases: u32,
+    /// Proptest RNG seed (default fixed; set another to explore).
+    pub seed: u64,
+    /// Store instances in the concurrency checks (default 4).
+    pub instances: usize,
+    /// Tasks per instance in the concurrency checks (default 16).
+    pub tasks_per_instance: usize,
+    /// Wall-clock bound of each concurrency run (default 2 s).
+    pub concurrency_duration: Duration,
+    /// Whether [`run_all`] also runs the server-clock concurrency check
+    /// (default true; a store without its own clock would use the system clock).
+    pub server_clock: bool,
+}
+
+impl Default for SuiteConfig {
+    fn default() -> Self {
+        Self {
+            cases: 64,
+            seed: 0x5EED_2026,
+            instances: 4,
+            tasks_per_instance: 16,
+            concurrency_duration: Duration::from_secs(2),
+            server_clock: true,
+        }
+    }
+}
+
+/// The contracts of the design (section 4), by number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Contract {
+    /// 1: decisions equal the core model's, call for call.
+    ModelAgreement = 1,
+    /// 2: fixed window admits at most L per calendar window.
+    FixedWindow = 2,
+    /// 3: sliding window counter admits iff the weighted rule holds.
+    SlidingWindow = 3,
+    /// 4: sliding log admits at most L in every trailing window, without false denials.
+    SlidingLog = 4,
+    /// 5: token bucket admits at most capacity + rate·T in any span T.
+    TokenBucket = 5,
+    /// 6: the same call at now + retry_after is admitted; one tick earlier it is not.
+    RetryAfter = 6,
+    /// 7: traffic on one key never changes another key's decisions.
+    KeyIsolation = 7,
+    /// 8: after the derived TTL the next call behaves as on a fresh key.
+    StateExpires = 8,
+    /// 9: many tasks and instances on one key never over-admit.
+    Concurrency = 9,
+}
+
+impl fmt::Display for Contract {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            Self::ModelAgreement => "model agreement",
+            Self::FixedWindow => "fixed window bound",
+            Self::SlidingWindow => "sliding window counter rule",
+            Self::SlidingLog => "sliding log exactness",
+            Self::TokenBucket => "token bucket bound",
+            Self::RetryAfter => "Retry-After is exact",
+            Self::KeyIsolation => "keys are isolated",
+            Self::StateExpires => "state expires",
+            Self::Concurrency => "concurrency",
+        };
+        write!(f, "contract {} ({name})", *self as u8)
+    }
+}
+
+/// A broken contract: which, what happened, and the sequence that shows it.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// The contract broken.
+    pub contract: Contract,
+    /// What went wrong.
+    pub message: String,
+    /// The (shrunk) failing input: quota and calls.
+    pub sequence: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} violated: {}\nfailing sequence:\n{}",
+            self.contract, self.message, self.sequence
+        )
+    }
+}
+
+impl std::error::Error for Violation {}
+
+/// Runs every contract, 1 to 9, and returns the first violation.
+///
+/// Contracts 1-8 and the exact concurrency check run on an injected clock;
+/// when `config.server_clock` is set, a second concurrency check runs on the
+/// stores' own clock.
+pub async fn run_all(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result<(), Violation> {
+    model_agreement(factory, config).await?;
+    fixed_window_bound(factory, config).await?;
+    sliding_window_rule(factory, config).await?;
+    sliding_log_exact(factory, config).await?;
+    token_bucket_bound(factory, config).await?;
+    retry_after_exact(factory, config).await?;
+    keys_isolated(factory, config).await?;
+    state_expires(factory, config).await?;
+    concurrency(factory, config).await?;
+    if config.server_clock {
+        concurrency_server_clock(factory, config).await?;
+    }
+    Ok(())
+}
