@@ -1,1 +1,6 @@
-//! Examples.
+//! Runnable programs for the workspace: the `demo` (traffic shapes of the
+//! problem replayed against the four algorithms) and the HTTP `server`.
+//!
+//! The demo's logic lives here so that it is tested, not just run.
+
+pub mod demo;

@@ -41,17 +41,13 @@ pub enum ConfigError {
         detail: String,
     },
     /// A policy name that cannot be used in keys or headers.
-    #[error(
-        "invalid policy name {name:?}: use 1 to 64 characters of A-Z a-z 0-9 _ - ."
-    )]
+    #[error("invalid policy name {name:?}: use 1 to 64 characters of A-Z a-z 0-9 _ - .")]
     InvalidName {
         /// The name given.
         name: String,
     },
     /// A namespace that cannot be used in keys.
-    #[error(
-        "invalid namespace {namespace:?}: use 1 to 64 characters of A-Z a-z 0-9 _ - ."
-    )]
+    #[error("invalid namespace {namespace:?}: use 1 to 64 characters of A-Z a-z 0-9 _ - .")]
     InvalidNamespace {
         /// The namespace given.
         namespace: String,
@@ -72,7 +68,9 @@ pub enum CostError {
     #[error("cost must be at least 1")]
     Zero,
     /// A cost larger than the limit or capacity: it would be denied forever.
-    #[error("cost {cost} exceeds the limit {limit} of policy {policy:?}: it could never be admitted")]
+    #[error(
+        "cost {cost} exceeds the limit {limit} of policy {policy:?}: it could never be admitted"
+    )]
     ExceedsLimit {
         /// The cost asked for.
         cost: u64,

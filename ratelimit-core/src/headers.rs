@@ -54,7 +54,10 @@ impl RateLimitHeaders {
             let reset_at = now.saturating_add(
                 u64::try_from(decision.reset_after.as_micros()).unwrap_or(u64::MAX),
             );
-            fields.push(("X-RateLimit-Reset", reset_at.div_ceil(1_000_000).to_string()));
+            fields.push((
+                "X-RateLimit-Reset",
+                reset_at.div_ceil(1_000_000).to_string(),
+            ));
         }
         fields.push((
             "RateLimit-Policy",

@@ -296,7 +296,9 @@ impl Quota {
     /// Allows up to twice the limit in a trailing window that spans a
     /// boundary: use it for compatibility, not for quota you sell.
     pub fn fixed_window(rate: Rate) -> Result<Self, ConfigError> {
-        Ok(Self::new(Algorithm::FixedWindow(window_of(rate, "window")?)))
+        Ok(Self::new(Algorithm::FixedWindow(window_of(
+            rate, "window",
+        )?)))
     }
 
     /// Sliding window counter: admitted iff

@@ -133,7 +133,10 @@ impl Store for DashMapStore {
             dashmap::Entry::Occupied(mut o) => {
                 let e = o.get_mut();
                 let prior = if e.expires_at > now {
-                    Some(std::mem::replace(&mut e.state, State::FixedWindow(Default::default())))
+                    Some(std::mem::replace(
+                        &mut e.state,
+                        State::FixedWindow(Default::default()),
+                    ))
                 } else {
                     None
                 };

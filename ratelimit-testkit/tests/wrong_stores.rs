@@ -56,7 +56,9 @@ impl Store for WrongStore {
         };
         let (prior, calls) = {
             let map = self.map.lock().unwrap();
-            map.get(&k).cloned().map_or((None, 0), |(s, n)| (Some(s), n))
+            map.get(&k)
+                .cloned()
+                .map_or((None, 0), |(s, n)| (Some(s), n))
         };
         if self.flaw == Flaw::Racy {
             tokio::task::yield_now().await;
@@ -113,7 +115,10 @@ fn assert_rejected(result: std::result::Result<(), Violation>, contract: Contrac
         "the message does not name the contract: {text}"
     );
     assert!(text.contains("failing sequence"), "{text}");
-    assert!(text.contains("quota:"), "the message has no sequence: {text}");
+    assert!(
+        text.contains("quota:"),
+        "the message has no sequence: {text}"
+    );
     v
 }
 

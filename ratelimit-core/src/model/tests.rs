@@ -42,7 +42,9 @@ fn sliding_window_weighs_the_previous_window() {
     assert!(!denied.allowed);
     assert_eq!(
         denied.retry_after,
-        Some(Duration::from_micros(60_000_000 - 74 * 60_000_000 / 100 - 15_000_000))
+        Some(Duration::from_micros(
+            60_000_000 - 74 * 60_000_000 / 100 - 15_000_000
+        ))
     );
 }
 
@@ -62,7 +64,10 @@ fn sliding_log_is_exact_in_the_trailing_window() {
     );
     let allowed: Vec<_> = d.iter().map(|d| d.allowed).collect();
     assert_eq!(allowed, [true, true, false, true, false, true]);
-    assert_eq!(d[2].retry_after, Some(Duration::from_micros(60_000_000 - 20)));
+    assert_eq!(
+        d[2].retry_after,
+        Some(Duration::from_micros(60_000_000 - 20))
+    );
     assert_eq!(d[4].retry_after, Some(Duration::from_micros(1)));
 }
 

@@ -14,7 +14,10 @@ use super::{Contract, StoreFactory, SuiteConfig, Violation};
 
 const ALL: &[AlgorithmKind] = &AlgorithmKind::ALL;
 
-async fn one_store(factory: &dyn StoreFactory, clock: &ManualClock) -> Result<Arc<dyn Store>, String> {
+async fn one_store(
+    factory: &dyn StoreFactory,
+    clock: &ManualClock,
+) -> Result<Arc<dyn Store>, String> {
     factory
         .stores(1, Some(clock.clone()))
         .await
@@ -27,7 +30,15 @@ async fn one_store(factory: &dyn StoreFactory, clock: &ManualClock) -> Result<Ar
 async fn play(
     factory: &dyn StoreFactory,
     sc: &Scenario,
-) -> Result<(ManualClock, Arc<dyn Store>, Vec<u8>, Vec<(Outcome, Decision)>), String> {
+) -> Result<
+    (
+        ManualClock,
+        Arc<dyn Store>,
+        Vec<u8>,
+        Vec<(Outcome, Decision)>,
+    ),
+    String,
+> {
     let clock = ManualClock::new(sc.start);
     let store = one_store(factory, &clock).await?;
     let prefix = case_prefix();
@@ -67,7 +78,8 @@ fn model_run(sc: &Scenario) -> (Vec<Decision>, HashMap<usize, (State, Micros, Mi
     let mut out = Vec::new();
     for (t, c) in sc.times() {
         let prior = states.remove(&c.key).map(|(s, _, _)| s);
-        let step = model::decide(&sc.quota, prior, t, c.cost).expect("costs are clamped to the limit");
+        let step =
+            model::decide(&sc.quota, prior, t, c.cost).expect("costs are clamped to the limit");
         out.push(step.decision);
         states.insert(c.key, (step.state, t, step.ttl));
     }
@@ -92,14 +104,22 @@ fn compare(sc: &Scenario, got: &[(Outcome, Decision)]) -> Result<(), String> {
 /// Contract 1: with an injected clock, the store's decisions equal the core
 /// model's, call for call (allowed, limit, remaining, reset_after,
 /// retry_after), over several keys and all four algorithms.
-pub async fn model_agreement(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result<(), Violation> {
+pub async fn model_agreement(
+    factory: &dyn StoreFactory,
+    config: &SuiteConfig,
+) -> Result<(), Violation> {
     let h = Handle::current();
-    run_cases(config, Contract::ModelAgreement, scenarios(ALL, 3, 60), |sc| {
-        h.block_on(async {
-            let (_, _, _, got) = play(factory, &sc).await?;
-            compare(&sc, &got)
-        })
-    })
+    run_cases(
+        config,
+        Contract::ModelAgreement,
+        scenarios(ALL, 3, 60),
+        |sc| {
+            h.block_on(async {
+                let (_, _, _, got) = play(factory, &sc).await?;
+                compare(&sc, &got)
+            })
+        },
+    )
 }
 
 async fn invariant(
@@ -120,32 +140,75 @@ async fn invariant(
 }
 
 /// Contract 2: a fixed window admits at most L per calendar window.
-pub async fn fixed_window_bound(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result<(), Violation> {
-    invariant(factory, config, Contract::FixedWindow, &[AlgorithmKind::FixedWindow], oracle::fixed_window).await
+pub async fn fixed_window_bound(
+    factory: &dyn StoreFactory,
+    config: &SuiteConfig,
+) -> Result<(), Violation> {
+    invariant(
+        factory,
+        config,
+        Contract::FixedWindow,
+        &[AlgorithmKind::FixedWindow],
+        oracle::fixed_window,
+    )
+    .await
 }
 
 /// Contract 3: a sliding window counter admits iff
 /// `prev * (W - elapsed) / W + curr + cost <= L`, and at most L per calendar window.
-pub async fn sliding_window_rule(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result<(), Violation> {
-    invariant(factory, config, Contract::SlidingWindow, &[AlgorithmKind::SlidingWindow], oracle::sliding_window).await
+pub async fn sliding_window_rule(
+    factory: &dyn StoreFactory,
+    config: &SuiteConfig,
+) -> Result<(), Violation> {
+    invariant(
+        factory,
+        config,
+        Contract::SlidingWindow,
+        &[AlgorithmKind::SlidingWindow],
+        oracle::sliding_window,
+    )
+    .await
 }
 
 /// Contract 4: a sliding log admits at most L in every trailing window and
 /// never denies a call that fits.
-pub async fn sliding_log_exact(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result<(), Violation> {
-    invariant(factory, config, Contract::SlidingLog, &[AlgorithmKind::SlidingLog], oracle::sliding_log).await
+pub async fn sliding_log_exact(
+    factory: &dyn StoreFactory,
+    config: &SuiteConfig,
+) -> Result<(), Violation> {
+    invariant(
+        factory,
+        config,
+        Contract::SlidingLog,
+        &[AlgorithmKind::SlidingLog],
+        oracle::sliding_log,
+    )
+    .await
 }
 
 /// Contract 5: a token bucket admits at most `capacity + rate * T` in any
 /// span T, and admits whenever the bucket has the tokens.
-pub async fn token_bucket_bound(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result<(), Violation> {
-    invariant(factory, config, Contract::TokenBucket, &[AlgorithmKind::TokenBucket], oracle::token_bucket).await
+pub async fn token_bucket_bound(
+    factory: &dyn StoreFactory,
+    config: &SuiteConfig,
+) -> Result<(), Violation> {
+    invariant(
+        factory,
+        config,
+        Contract::TokenBucket,
+        &[AlgorithmKind::TokenBucket],
+        oracle::token_bucket,
+    )
+    .await
 }
 
 /// Contract 6: after a scenario, the caller repeats a call until denied; the
 /// same call one microsecond before `now + retry_after` is denied, and at
 /// `now + retry_after` it is admitted.
-pub async fn retry_after_exact(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result<(), Violation> {
+pub async fn retry_after_exact(
+    factory: &dyn StoreFactory,
+    config: &SuiteConfig,
+) -> Result<(), Violation> {
     let h = Handle::current();
     run_cases(config, Contract::RetryAfter, scenarios(ALL, 1, 30), |sc| {
         h.block_on(async {
@@ -198,13 +261,49 @@ fn adversarial_keys() -> impl Strategy<Value = Vec<Vec<u8>>> {
         k
     };
     let families: Vec<Vec<Vec<u8>>> = vec![
-        vec![b"a:b".to_vec(), b"a%3Ab".to_vec(), b"a%3ab".to_vec(), b"a".to_vec()],
-        vec![b"{a}".to_vec(), b"a".to_vec(), b"{a".to_vec(), b"{}".to_vec(), b"}".to_vec()],
-        vec![long(10 * 1024, b""), long(10 * 1024, b"y"), long(10 * 1024 + 1, b"")],
-        vec![vec![0xff], vec![0xfe], vec![0xff, 0xfe], "\u{fffd}".as_bytes().to_vec()],
-        vec![b"a\0".to_vec(), b"a".to_vec(), b"a\0b".to_vec(), b"".to_vec()],
-        vec![b" ".to_vec(), b"\n".to_vec(), b"".to_vec(), b"%".to_vec(), b"%25".to_vec()],
-        vec!["é".as_bytes().to_vec(), b"e".to_vec(), vec![0xc3, 0x28], vec![0xc3]],
+        vec![
+            b"a:b".to_vec(),
+            b"a%3Ab".to_vec(),
+            b"a%3ab".to_vec(),
+            b"a".to_vec(),
+        ],
+        vec![
+            b"{a}".to_vec(),
+            b"a".to_vec(),
+            b"{a".to_vec(),
+            b"{}".to_vec(),
+            b"}".to_vec(),
+        ],
+        vec![
+            long(10 * 1024, b""),
+            long(10 * 1024, b"y"),
+            long(10 * 1024 + 1, b""),
+        ],
+        vec![
+            vec![0xff],
+            vec![0xfe],
+            vec![0xff, 0xfe],
+            "\u{fffd}".as_bytes().to_vec(),
+        ],
+        vec![
+            b"a\0".to_vec(),
+            b"a".to_vec(),
+            b"a\0b".to_vec(),
+            b"".to_vec(),
+        ],
+        vec![
+            b" ".to_vec(),
+            b"\n".to_vec(),
+            b"".to_vec(),
+            b"%".to_vec(),
+            b"%25".to_vec(),
+        ],
+        vec![
+            "é".as_bytes().to_vec(),
+            b"e".to_vec(),
+            vec![0xc3, 0x28],
+            vec![0xc3],
+        ],
     ];
     (
         prop::sample::select(families),
@@ -222,12 +321,19 @@ fn adversarial_keys() -> impl Strategy<Value = Vec<Vec<u8>>> {
 /// Contract 7: traffic on one key never changes another key's decisions,
 /// whatever bytes the keys contain: each key's decisions equal the model's for
 /// that key alone, with adversarial keys interleaved.
-pub async fn keys_isolated(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result<(), Violation> {
+pub async fn keys_isolated(
+    factory: &dyn StoreFactory,
+    config: &SuiteConfig,
+) -> Result<(), Violation> {
     let h = Handle::current();
     let strategy = (adversarial_keys(), scenarios(ALL, 1, 60)).prop_flat_map(|(keys, sc)| {
         let n = keys.len();
         let calls = sc.calls.clone();
-        (Just(keys), Just(sc), prop::collection::vec(0..n, calls.len()))
+        (
+            Just(keys),
+            Just(sc),
+            prop::collection::vec(0..n, calls.len()),
+        )
             .prop_map(|(keys, mut sc, which)| {
                 for (c, k) in sc.calls.iter_mut().zip(which) {
                     c.key = k;
@@ -239,17 +345,25 @@ pub async fn keys_isolated(factory: &dyn StoreFactory, config: &SuiteConfig) -> 
     run_cases(config, Contract::KeyIsolation, strategy, |sc| {
         h.block_on(async {
             let (_, _, _, got) = play(factory, &sc).await?;
-            compare(&sc, &got).map_err(|e| format!("a key's decisions changed with other keys' traffic: {e}"))
+            compare(&sc, &got)
+                .map_err(|e| format!("a key's decisions changed with other keys' traffic: {e}"))
         })
     })
 }
 
 /// Contract 8: once a key's derived TTL has passed, its next call is decided
 /// exactly as on a fresh key.
-pub async fn state_expires(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result<(), Violation> {
+pub async fn state_expires(
+    factory: &dyn StoreFactory,
+    config: &SuiteConfig,
+) -> Result<(), Violation> {
     let h = Handle::current();
-    run_cases(config, Contract::StateExpires, scenarios(ALL, 2, 40), |sc| {
-        h.block_on(async {
+    run_cases(
+        config,
+        Contract::StateExpires,
+        scenarios(ALL, 2, 40),
+        |sc| {
+            h.block_on(async {
             let (clock, store, prefix, _) = play(factory, &sc).await?;
             let (_, states) = model_run(&sc);
             let expiry = states.values().map(|&(_, t, ttl)| t + ttl).max().unwrap_or(sc.start);
@@ -267,5 +381,6 @@ pub async fn state_expires(factory: &dyn StoreFactory, config: &SuiteConfig) -> 
             }
             Ok(())
         })
-    })
+        },
+    )
 }

@@ -49,10 +49,16 @@ async fn hammer(
     for store in stores {
         for _ in 0..tasks {
             let (store, quota, key) = (store.clone(), quota.clone(), key.to_vec());
-            let (admitted, attempts, errors, first_error) =
-                (admitted.clone(), attempts.clone(), errors.clone(), first_error.clone());
+            let (admitted, attempts, errors, first_error) = (
+                admitted.clone(),
+                attempts.clone(),
+                errors.clone(),
+                first_error.clone(),
+            );
             handles.push(tokio::spawn(async move {
-                while attempts.fetch_add(1, Ordering::SeqCst) < max_attempts && Instant::now() < deadline {
+                while attempts.fetch_add(1, Ordering::SeqCst) < max_attempts
+                    && Instant::now() < deadline
+                {
                     match store.decide(&key, &quota, 1).await {
                         Ok(d) if d.allowed => {
                             admitted.fetch_add(1, Ordering::SeqCst);
@@ -60,7 +66,10 @@ async fn hammer(
                         Ok(_) => {}
                         Err(e) => {
                             errors.fetch_add(1, Ordering::SeqCst);
-                            first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+                            first_error
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .get_or_insert(e.to_string());
                         }
                     }
                 }
@@ -93,30 +102,58 @@ fn violation(quota: &Quota, stores: usize, tasks: usize, message: String) -> Vio
 /// Contract 9 on a frozen injected clock: `instances × tasks` concurrent
 /// callers on one key admit **exactly** L (no time passes, so no more can be
 /// admitted, and with enough attempts no fewer).
-pub async fn concurrency(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result<(), Violation> {
+pub async fn concurrency(
+    factory: &dyn StoreFactory,
+    config: &SuiteConfig,
+) -> Result<(), Violation> {
     for kind in AlgorithmKind::ALL {
         let q = quota(kind, Duration::from_secs(60));
         let clock = ManualClock::new(T0 + 17);
         let stores = factory.stores(config.instances, Some(clock)).await;
         let key = case_prefix();
-        let t = hammer(&stores, config.tasks_per_instance, &q, &key, LIMIT * 8, config.concurrency_duration * 4).await;
+        let t = hammer(
+            &stores,
+            config.tasks_per_instance,
+            &q,
+            &key,
+            LIMIT * 8,
+            config.concurrency_duration * 4,
+        )
+        .await;
         if t.errors > 0 {
-            return Err(violation(&q, stores.len(), config.tasks_per_instance, format!(
-                "{} of {} calls failed; first error: {}",
-                t.errors, t.attempts, t.first_error.unwrap_or_default()
-            )));
+            return Err(violation(
+                &q,
+                stores.len(),
+                config.tasks_per_instance,
+                format!(
+                    "{} of {} calls failed; first error: {}",
+                    t.errors,
+                    t.attempts,
+                    t.first_error.unwrap_or_default()
+                ),
+            ));
         }
         if t.admitted > LIMIT {
-            return Err(violation(&q, stores.len(), config.tasks_per_instance, format!(
-                "admitted {} of {} calls at one instant, but the limit is {LIMIT}: concurrent calls over-admitted",
-                t.admitted, t.attempts
-            )));
+            return Err(violation(
+                &q,
+                stores.len(),
+                config.tasks_per_instance,
+                format!(
+                    "admitted {} of {} calls at one instant, but the limit is {LIMIT}: concurrent calls over-admitted",
+                    t.admitted, t.attempts
+                ),
+            ));
         }
         if t.attempts >= LIMIT && t.admitted < LIMIT {
-            return Err(violation(&q, stores.len(), config.tasks_per_instance, format!(
-                "admitted only {} of {} calls at one instant; the limit {LIMIT} should all be admitted",
-                t.admitted, t.attempts
-            )));
+            return Err(violation(
+                &q,
+                stores.len(),
+                config.tasks_per_instance,
+                format!(
+                    "admitted only {} of {} calls at one instant; the limit {LIMIT} should all be admitted",
+                    t.admitted, t.attempts
+                ),
+            ));
         }
     }
     Ok(())
@@ -126,14 +163,25 @@ pub async fn concurrency(factory: &dyn StoreFactory, config: &SuiteConfig) -> Re
 /// windows of one hour (a token bucket refilling one token per hour), so the
 /// bound is L; a fixed or sliding window that crosses a calendar boundary
 /// during the run may admit one more window's worth.
-pub async fn concurrency_server_clock(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result<(), Violation> {
+pub async fn concurrency_server_clock(
+    factory: &dyn StoreFactory,
+    config: &SuiteConfig,
+) -> Result<(), Violation> {
     let hour = Duration::from_secs(3600);
     for kind in AlgorithmKind::ALL {
         let q = quota(kind, hour);
         let stores = factory.stores(config.instances, None).await;
         let key = case_prefix();
         let start = SystemClock.now();
-        let t = hammer(&stores, config.tasks_per_instance, &q, &key, LIMIT * 20, config.concurrency_duration).await;
+        let t = hammer(
+            &stores,
+            config.tasks_per_instance,
+            &q,
+            &key,
+            LIMIT * 20,
+            config.concurrency_duration,
+        )
+        .await;
         let end = SystemClock.now();
         // Allow 5 s of skew between this machine's clock and the store's.
         let slack = 5_000_000;
@@ -146,16 +194,30 @@ pub async fn concurrency_server_clock(factory: &dyn StoreFactory, config: &Suite
             _ => LIMIT,
         };
         if t.errors > 0 {
-            return Err(violation(&q, stores.len(), config.tasks_per_instance, format!(
-                "{} of {} calls failed on the server clock; first error: {}",
-                t.errors, t.attempts, t.first_error.unwrap_or_default()
-            )));
+            return Err(violation(
+                &q,
+                stores.len(),
+                config.tasks_per_instance,
+                format!(
+                    "{} of {} calls failed on the server clock; first error: {}",
+                    t.errors,
+                    t.attempts,
+                    t.first_error.unwrap_or_default()
+                ),
+            ));
         }
         if t.admitted > bound {
-            return Err(violation(&q, stores.len(), config.tasks_per_instance, format!(
-                "admitted {} of {} calls within {:?} on the server clock, but at most {bound} may pass",
-                t.admitted, t.attempts, Duration::from_micros(end - start)
-            )));
+            return Err(violation(
+                &q,
+                stores.len(),
+                config.tasks_per_instance,
+                format!(
+                    "admitted {} of {} calls within {:?} on the server clock, but at most {bound} may pass",
+                    t.admitted,
+                    t.attempts,
+                    Duration::from_micros(end - start)
+                ),
+            ));
         }
     }
     Ok(())

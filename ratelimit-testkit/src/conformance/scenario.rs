@@ -72,7 +72,14 @@ impl fmt::Debug for Scenario {
         writeln!(f, "  quota: {}", describe(&self.quota))?;
         writeln!(f, "  start: T0 + {} µs (T0 = {T0})", self.start - T0)?;
         if self.keys.len() > 1 || self.keys.first().is_some_and(|k| k != b"k0") {
-            writeln!(f, "  keys: {:?}", self.keys.iter().map(|k| String::from_utf8_lossy(k)).collect::<Vec<_>>())?;
+            writeln!(
+                f,
+                "  keys: {:?}",
+                self.keys
+                    .iter()
+                    .map(|k| String::from_utf8_lossy(k))
+                    .collect::<Vec<_>>()
+            )?;
         }
         for (i, (t, c)) in self.times().enumerate() {
             writeln!(
@@ -88,7 +95,9 @@ impl fmt::Debug for Scenario {
 }
 
 pub(crate) fn window_of(q: &Quota) -> u64 {
-    u64::try_from(q.window().as_micros()).unwrap_or(u64::MAX).max(1)
+    u64::try_from(q.window().as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// Quotas of the given kinds with small limits and windows.
