@@ -1,1 +1,24 @@
-//! Work in progress.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod decode;
+pub mod error;
+#[cfg(feature = "fred")]
+mod fred;
+pub mod keys;
+pub mod scripts;
+mod store;
+
+pub use store::{
+    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, RedisStore,
+    RedisStoreBuilder,
+};
+
+/// The redis-rs crate this store is built on, re-exported so callers use the
+/// same version for [`RedisStore::from_connection_manager`].
+pub use redis;
+
+/// The fred crate (feature `fred`), re-exported so callers use the same
+/// version for `RedisStore::from_fred`.
+#[cfg(feature = "fred")]
+pub use ::fred as fred_client;

@@ -1,0 +1,80 @@
+//! Classifying client errors into [`StoreError`]s, transient or not.
+//!
+//! Transient (a later call may succeed; the limiter's failure policy
+//! decides meanwhile): I/O errors, refused, reset or dropped connections,
+//! timeouts, and the server replies `TRYAGAIN`, `LOADING`, `CLUSTERDOWN`,
+//! `MASTERDOWN`, `BUSY`, `READONLY`, `MOVED` and `ASK` (a failover or
+//! resharding in progress). Everything else is not: script errors,
+//! `WRONGTYPE` (the key holds something this crate did not write), `NOPERM`,
+//! authentication and configuration errors.
+
+use ratelimit_core::StoreError;
+
+/// Server error codes after which a retry may succeed.
+pub const TRANSIENT_CODES: &[&str] = &[
+    "TRYAGAIN",
+    "LOADING",
+    "CLUSTERDOWN",
+    "MASTERDOWN",
+    "BUSY",
+    "READONLY",
+    "MOVED",
+    "ASK",
+];
+
+/// Whether a server error message (starting with its code, as `LOADING
+/// Redis is loading the dataset in memory`) is transient.
+pub fn is_transient_reply(message: &str) -> bool {
+    let code = message.split_ascii_whitespace().next().unwrap_or("");
+    TRANSIENT_CODES.contains(&code)
+}
+
+/// Classifies a redis-rs error.
+pub fn from_redis(err: redis::RedisError) -> StoreError {
+    let transient = err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err
+            .code()
+            .is_some_and(|code| TRANSIENT_CODES.contains(&code))
+        || matches!(err.kind(), redis::ErrorKind::ClusterConnectionNotFound);
+    StoreError::backend(format!("redis: {err}"), transient, err)
+}
+
+/// Classifies a fred error (feature `fred`).
+#[cfg(feature = "fred")]
+pub fn from_fred(err: fred::error::Error) -> StoreError {
+    use fred::error::ErrorKind;
+    let transient = match err.kind() {
+        ErrorKind::IO
+        | ErrorKind::Timeout
+        | ErrorKind::Canceled
+        | ErrorKind::Cluster
+        | ErrorKind::Routing
+        | ErrorKind::Backpressure => true,
+        _ => is_transient_reply(err.details()),
+    };
+    StoreError::backend(format!("redis (fred): {err}"), transient, err)
+}
+
+/// A store call that ran past the store's own time bound.
+pub(crate) fn timed_out(bound: std::time::Duration) -> StoreError {
+    StoreError::Timeout(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        assert!(is_transient_reply(
+            "LOADING Redis is loading the dataset in memory"
+        ));
+        assert!(is_transient_reply("BUSY Redis is busy running a script"));
+        assert!(!is_transient_reply("WRONGTYPE Operation against a key"));
+        assert!(!is_transient_reply("ERR Error running script"));
+        assert!(!is_transient_reply(""));
+    }
+}

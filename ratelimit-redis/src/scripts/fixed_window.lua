@@ -1,0 +1,62 @@
+-- Fixed window. Mirrors ratelimit-core/src/model/fixed_window.rs step for step.
+-- KEYS[1]  the caller's key (a string "window:count")
+-- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
+-- ARGV[2]  minimum expiry in ms (0 with the server clock)
+-- ARGV[3]  cost
+-- ARGV[4]  limit
+-- ARGV[5]  window in µs
+-- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}.
+-- Every number is an integer below 2^53, so Lua's doubles hold it exactly.
+
+local function floordiv(a, b)
+  -- Exact for integers 0 <= a, 0 < b below 2^53: fmod is exact, and
+  -- (a - r) / b is an exactly representable integer.
+  return (a - math.fmod(a, b)) / b
+end
+local function ceildiv(a, b)
+  local q = floordiv(a, b)
+  if math.fmod(a, b) > 0 then q = q + 1 end
+  return q
+end
+local function fmt(x) return string.format('%.0f', x) end
+local function expire_ms(ttl_us, min_ms)
+  -- Rounded up to whole ms, plus one ms for the server's ms expiry clock.
+  local ms = ceildiv(ttl_us, 1000) + 1
+  if ms < min_ms then ms = min_ms end
+  return ms
+end
+
+local key = KEYS[1]
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local min_ms = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+local width = tonumber(ARGV[5])
+
+local idx = floordiv(now, width)
+local count = 0
+local raw = redis.call('GET', key)
+if raw then
+  local w, c = string.match(raw, '^(%d+):(%d+)$')
+  -- A state of any other window (or unreadable) is a fresh one.
+  if w and tonumber(w) == idx then count = tonumber(c) end
+end
+local until_end = (idx + 1) * width - now
+local allowed = count + cost <= limit
+if allowed then
+  count = count + cost
+  redis.call('SET', key, fmt(idx) .. ':' .. fmt(count), 'PX', fmt(expire_ms(until_end, min_ms)))
+end
+-- A denial leaves the stored state as it is: the model's new state equals it.
+local remaining = 0
+if limit > count then remaining = limit - count end
+if allowed then
+  return {1, remaining, until_end, -1}
+end
+return {0, remaining, until_end, until_end}

@@ -1,0 +1,95 @@
+-- Sliding window counter. Mirrors ratelimit-core/src/model/sliding_window.rs
+-- step for step.
+-- KEYS[1]  the caller's key (a string "window:prev:curr")
+-- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
+-- ARGV[2]  minimum expiry in ms (0 with the server clock)
+-- ARGV[3]  cost
+-- ARGV[4]  limit
+-- ARGV[5]  window in µs
+-- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}.
+-- Every product is at most limit * window <= 2^53 - 1 (checked by the quota),
+-- so Lua's doubles hold every value exactly.
+
+local function floordiv(a, b)
+  -- Exact for integers 0 <= a, 0 < b below 2^53: fmod is exact, and
+  -- (a - r) / b is an exactly representable integer.
+  return (a - math.fmod(a, b)) / b
+end
+local function ceildiv(a, b)
+  local q = floordiv(a, b)
+  if math.fmod(a, b) > 0 then q = q + 1 end
+  return q
+end
+local function fmt(x) return string.format('%.0f', x) end
+local function expire_ms(ttl_us, min_ms)
+  -- Rounded up to whole ms, plus one ms for the server's ms expiry clock.
+  local ms = ceildiv(ttl_us, 1000) + 1
+  if ms < min_ms then ms = min_ms end
+  return ms
+end
+
+local key = KEYS[1]
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local min_ms = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+local width = tonumber(ARGV[5])
+
+local idx = floordiv(now, width)
+local e = now - idx * width
+local prev, curr = 0, 0
+local raw = redis.call('GET', key)
+if raw then
+  local w, p, c = string.match(raw, '^(%d+):(%d+):(%d+)$')
+  if w then
+    w = tonumber(w)
+    if w == idx then
+      prev, curr = tonumber(p), tonumber(c)
+    elseif w + 1 == idx then
+      prev = tonumber(c)
+    end
+    -- Any other window (older, or later after a clock went back): fresh.
+  end
+end
+
+local weighted = prev * (width - e)
+local allowed = curr + cost <= limit and weighted <= (limit - curr - cost) * width
+local retry = -1
+if allowed then
+  curr = curr + cost
+elseif curr + cost <= limit then
+  -- Admissible later in this window, once the previous window's weight has
+  -- shrunk: the first e' with prev * (W - e') <= a * W. prev > 0 here.
+  local a = limit - curr - cost
+  local first = width - floordiv(a * width, prev)
+  retry = first - e
+else
+  -- Only in the next window, where prev' = curr > 0 and curr' = 0.
+  local first = width - floordiv((limit - cost) * width, curr)
+  retry = width - e + first
+end
+
+local used = weighted + curr * width
+local remaining = 0
+if limit * width > used then remaining = floordiv(limit * width - used, width) end
+local reset = 0
+if curr > 0 then
+  reset = 2 * width - e
+elseif prev > 0 then
+  reset = width - e
+end
+
+if allowed then
+  redis.call('SET', key, fmt(idx) .. ':' .. fmt(prev) .. ':' .. fmt(curr),
+    'PX', fmt(expire_ms(reset, min_ms)))
+  return {1, remaining, reset, -1}
+end
+-- A denial leaves the stored state as it is: rolling it into the current
+-- window gives a state that behaves identically, with the same expiry.
+return {0, remaining, reset, retry}

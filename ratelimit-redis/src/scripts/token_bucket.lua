@@ -1,0 +1,81 @@
+-- Token bucket. Mirrors ratelimit-core/src/model/token_bucket.rs step for step.
+-- KEYS[1]  the caller's key (a string "level:updated", level in units)
+-- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
+-- ARGV[2]  minimum expiry in ms (0 with the server clock)
+-- ARGV[3]  cost
+-- ARGV[4]  unit: bucket units per token
+-- ARGV[5]  refill: units gained per µs
+-- ARGV[6]  full: capacity * unit
+-- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}.
+-- No product exceeds full + refill <= 2^53 - 1 (checked by the quota).
+
+local function floordiv(a, b)
+  return (a - math.fmod(a, b)) / b
+end
+local function ceildiv(a, b)
+  local q = floordiv(a, b)
+  if math.fmod(a, b) > 0 then q = q + 1 end
+  return q
+end
+local function fmt(x) return string.format('%.0f', x) end
+local function expire_ms(ttl_us, min_ms)
+  -- Rounded up to whole ms, plus one ms for the server's ms expiry clock.
+  local ms = ceildiv(ttl_us, 1000) + 1
+  if ms < min_ms then ms = min_ms end
+  return ms
+end
+
+local key = KEYS[1]
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local min_ms = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local unit = tonumber(ARGV[4])
+local refill = tonumber(ARGV[5])
+local full = tonumber(ARGV[6])
+
+local level, updated = full, now
+local raw = redis.call('GET', key)
+if raw then
+  local l, u = string.match(raw, '^(%d+):(%d+)$')
+  if l then
+    l, u = tonumber(l), tonumber(u)
+    local elapsed = 0
+    if now > u then elapsed = now - u end
+    local capped = l
+    if capped > full then capped = full end
+    local missing = full - capped
+    -- Full once elapsed >= ceil(missing / refill); otherwise the product
+    -- elapsed * refill stays below missing + refill.
+    if elapsed >= ceildiv(missing, refill) then
+      level = full
+    else
+      level = l + elapsed * refill
+    end
+    if u > now then updated = u else updated = now end
+  end
+end
+
+local need = cost * unit
+local allowed = level >= need
+local retry = -1
+if allowed then
+  level = level - need
+else
+  retry = (updated - now) + ceildiv(need - level, refill)
+end
+local reset = (updated - now) + ceildiv(full - level, refill)
+local remaining = floordiv(level, unit)
+
+if allowed then
+  redis.call('SET', key, fmt(level) .. ':' .. fmt(updated), 'PX', fmt(expire_ms(reset, min_ms)))
+  return {1, remaining, reset, -1}
+end
+-- A denial leaves the stored state as it is: refilling it to now gives a
+-- state that behaves identically, with the same expiry.
+return {0, remaining, reset, retry}

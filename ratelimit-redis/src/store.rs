@@ -1,0 +1,319 @@
+//! [`RedisStore`]: the [`Store`] over a single Redis node.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ratelimit_core::{Clock, Decision, MAX_EXACT, Quota, Store, StoreError};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::error;
+use crate::keys;
+use crate::scripts::{self, Script};
+
+/// Default time to wait for each reply: 30 ms.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_millis(30);
+/// Default time to wait for each connection attempt: 50 ms.
+pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_millis(50);
+/// Default bound on one whole decision (a reconnect, `EVALSHA`, and on
+/// `NOSCRIPT` a `SCRIPT LOAD` and a second `EVALSHA`): 140 ms, that is
+/// [`DEFAULT_CONNECTION_TIMEOUT`] + 3 x [`DEFAULT_RESPONSE_TIMEOUT`].
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(140);
+
+/// How the store reaches Redis. Scripts, keys and decoding are shared; only
+/// the call differs.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    /// redis-rs, through a reconnecting [`ConnectionManager`].
+    Redis(ConnectionManager),
+    /// A fred client.
+    #[cfg(feature = "fred")]
+    Fred(fred::clients::Client),
+}
+
+impl Backend {
+    /// Runs `script` on `key` with `args`, `EVALSHA` first and the source
+    /// again on `NOSCRIPT`; returns the integer reply.
+    async fn eval(
+        &self,
+        script: &Script,
+        key: &str,
+        args: &[String],
+    ) -> Result<Vec<i64>, StoreError> {
+        match self {
+            Self::Redis(cm) => {
+                let mut call = script.redis().prepare_invoke();
+                call.key(key);
+                for a in args {
+                    call.arg(a);
+                }
+                // Sends EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again.
+                let mut cm = cm.clone();
+                call.invoke_async(&mut cm).await.map_err(error::from_redis)
+            }
+            #[cfg(feature = "fred")]
+            Self::Fred(client) => crate::fred::eval(client, script, key, args).await,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Redis(_) => "redis-rs",
+            #[cfg(feature = "fred")]
+            Self::Fred(_) => "fred",
+        }
+    }
+}
+
+/// A rate-limit [`Store`] in a single Redis node: one atomic Lua script per
+/// decision, Redis' own clock, derived TTLs.
+///
+/// Cheap to clone (clones share the connection). Build it with
+/// [`RedisStore::connect`], [`RedisStore::builder`], or from a client you
+/// already hold: [`RedisStore::from_connection_manager`] or (feature `fred`)
+/// `RedisStore::from_fred`.
+///
+/// # Contract
+///
+/// As [`Store`]: each decision is one `EVALSHA` of the algorithm's script
+/// (see [`crate::scripts`]), atomic on the server, equal to
+/// `ratelimit_core::model::decide` at the server's `TIME` (or at the
+/// injected clock's time), with the caller's key laid out and escaped as
+/// [`crate::keys`] describes. A cost that can never pass is refused before
+/// any network call. Every call is bounded by [`RedisStore::timeout`];
+/// errors say whether they are transient.
+#[derive(Clone)]
+pub struct RedisStore {
+    backend: Backend,
+    prefix: Arc<str>,
+    clock: Option<Arc<dyn Clock>>,
+    timeout: Duration,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("client", &self.backend.name())
+            .field("prefix", &self.prefix)
+            .field("clock", &self.clock)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://host:port/db`) with the defaults: prefix
+    /// `rl`, the server's clock, [`DEFAULT_RESPONSE_TIMEOUT`] and
+    /// [`DEFAULT_CONNECTION_TIMEOUT`].
+    ///
+    /// Fails if the URL is invalid or the server cannot be reached now; once
+    /// built, the store reconnects by itself.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::builder(url).build().await
+    }
+
+    /// Starts building a store for `url`.
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.into(),
+            prefix: keys::DEFAULT_PREFIX.to_owned(),
+            clock: None,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
+            timeout: None,
+        }
+    }
+
+    /// A store over a connection manager you already hold (its own timeouts
+    /// and reconnect settings apply), with prefix `rl`, the server's clock
+    /// and a per-call bound of [`DEFAULT_CALL_TIMEOUT`].
+    pub fn from_connection_manager(manager: ConnectionManager) -> Self {
+        Self::from_backend(Backend::Redis(manager))
+    }
+
+    pub(crate) fn from_backend(backend: Backend) -> Self {
+        Self {
+            backend,
+            prefix: Arc::from(keys::DEFAULT_PREFIX),
+            clock: None,
+            timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+
+    /// Uses another key prefix (see [`keys::check_prefix`]).
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self, StoreError> {
+        keys::check_prefix(prefix).map_err(|m| StoreError::message(m, false))?;
+        self.prefix = Arc::from(prefix);
+        Ok(self)
+    }
+
+    /// Takes "now" from `clock` instead of the server's `TIME`: for tests and
+    /// replays only (see the crate docs on clocks).
+    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Bounds every decision by `timeout` (returning
+    /// [`StoreError::Timeout`] after it).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The bound on one decision.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether the store uses an injected clock rather than the server's.
+    pub fn has_injected_clock(&self) -> bool {
+        self.clock.is_some()
+    }
+
+    /// The Redis key that holds `caller`'s state under `quota`.
+    pub fn key(&self, caller: &[u8], quota: &Quota) -> String {
+        keys::key(&self.prefix, caller, quota)
+    }
+
+    async fn run(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
+        let now = match &self.clock {
+            Some(clock) => {
+                let now = clock.now();
+                if now > MAX_EXACT {
+                    return Err(StoreError::message(
+                        format!(
+                            "injected clock reads {now} µs, beyond 2^53 - 1: Lua cannot hold it exactly"
+                        ),
+                        false,
+                    ));
+                }
+                Some(now)
+            }
+            None => None,
+        };
+        let script = scripts::for_quota(quota);
+        let redis_key = keys::key(&self.prefix, key, quota);
+        let args = scripts::args(quota, now, cost);
+        let reply = self.backend.eval(script, &redis_key, &args).await?;
+        crate::decode::decision(&reply, quota.limit())
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
+        quota.check_cost(cost)?;
+        match tokio::time::timeout(self.timeout, self.run(key, quota, cost)).await {
+            Ok(result) => result,
+            Err(_) => Err(error::timed_out(self.timeout)),
+        }
+    }
+}
+
+/// Builds a [`RedisStore`] over redis-rs. See [`RedisStore::builder`].
+///
+/// ```no_run
+/// # async fn example() -> Result<(), ratelimit_core::StoreError> {
+/// use std::time::Duration;
+/// use ratelimit_redis::RedisStore;
+///
+/// let store = RedisStore::builder("redis://127.0.0.1:6379/")
+///     .prefix("myapp:rl")
+///     .response_timeout(Duration::from_millis(20))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    clock: Option<Arc<dyn Clock>>,
+    response_timeout: Duration,
+    connection_timeout: Duration,
+    timeout: Option<Duration>,
+}
+
+impl fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may hold a password: leave it out.
+        f.debug_struct("RedisStoreBuilder")
+            .field("prefix", &self.prefix)
+            .field("clock", &self.clock)
+            .field("response_timeout", &self.response_timeout)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The key prefix (default `rl`): 1 to 64 characters of
+    /// `A-Z a-z 0-9 _ - . :`. Checked by [`RedisStoreBuilder::build`].
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        prefix.clone_into(&mut self.prefix);
+        self
+    }
+
+    /// Takes "now" from `clock` instead of the server's `TIME`: for tests and
+    /// replays only (see the crate docs on clocks).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// How long to wait for each reply (default [`DEFAULT_RESPONSE_TIMEOUT`]).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for each connection attempt (default
+    /// [`DEFAULT_CONNECTION_TIMEOUT`]).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// The bound on one whole decision (default: the connection timeout plus
+    /// three response timeouts, for a reconnect, `EVALSHA`, and on
+    /// `NOSCRIPT` a `SCRIPT LOAD` and a second `EVALSHA`).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Connects and builds the store.
+    ///
+    /// Fails on an invalid prefix or URL, or a server that cannot be reached
+    /// now; once built, the store reconnects by itself (backing off from
+    /// 25 ms to at most 1 s between attempts).
+    pub async fn build(self) -> Result<RedisStore, StoreError> {
+        keys::check_prefix(&self.prefix).map_err(|m| StoreError::message(m, false))?;
+        let client = redis::Client::open(self.url.as_str()).map_err(error::from_redis)?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.response_timeout))
+            .set_connection_timeout(Some(self.connection_timeout))
+            .set_min_delay(Duration::from_millis(25))
+            .set_max_delay(Duration::from_secs(1))
+            .set_number_of_retries(4);
+        let manager = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(error::from_redis)?;
+        let timeout = self
+            .timeout
+            .unwrap_or(self.connection_timeout + 3 * self.response_timeout);
+        Ok(RedisStore {
+            backend: Backend::Redis(manager),
+            prefix: Arc::from(self.prefix),
+            clock: self.clock,
+            timeout,
+        })
+    }
+}
