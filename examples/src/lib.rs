@@ -1,6 +1,9 @@
-//! Runnable programs for the workspace: the `demo` (traffic shapes of the
-//! problem replayed against the four algorithms) and the HTTP `server`.
+#![doc = include_str!("../../README.md")]
 //!
-//! The demo's logic lives here so that it is tested, not just run.
+//! ## This crate
+//!
+//! Runnable programs for the workspace: the `demo` (traffic shapes of the
+//! problem replayed against the four algorithms) and the HTTP `server`. The
+//! demo's logic lives in [`demo`] so that it is tested, not just run.
 
 pub mod demo;

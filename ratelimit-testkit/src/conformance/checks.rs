@@ -73,8 +73,11 @@ fn same(store: &Decision, model: &Decision) -> bool {
 
 /// The model's decisions for the scenario, per call, and each key's last
 /// state and TTL.
-fn model_run(sc: &Scenario) -> (Vec<Decision>, HashMap<usize, (State, Micros, Micros)>) {
-    let mut states: HashMap<usize, (State, Micros, Micros)> = HashMap::new();
+/// Per key: the last state, the time it was written and its TTL.
+type LastStates = HashMap<usize, (State, Micros, Micros)>;
+
+fn model_run(sc: &Scenario) -> (Vec<Decision>, LastStates) {
+    let mut states: LastStates = HashMap::new();
     let mut out = Vec::new();
     for (t, c) in sc.times() {
         let prior = states.remove(&c.key).map(|(s, _, _)| s);
@@ -368,7 +371,7 @@ pub async fn state_expires(
             let (_, states) = model_run(&sc);
             let expiry = states.values().map(|&(_, t, ttl)| t + ttl).max().unwrap_or(sc.start);
             clock.set(expiry);
-            for (&k, _) in &states {
+            for &k in states.keys() {
                 let cost = sc.quota.limit();
                 let key = key_bytes(&prefix, &sc.keys[k]);
                 let d = store.decide(&key, &sc.quota, cost).await.map_err(|e| e.to_string())?;

@@ -1,0 +1,168 @@
+//! The limiter turns every store failure into a decision under its policy.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ratelimit_core::{
+    Clock, Decision, FailurePolicy, Limiter, ManualClock, Quota, Rate, Result, Source, Store,
+    StoreError, model,
+};
+
+#[derive(Debug)]
+enum Behaviour {
+    Fail,
+    Hang,
+    Panic,
+}
+
+#[derive(Debug)]
+struct Broken(Behaviour);
+
+#[async_trait]
+impl Store for Broken {
+    async fn decide(&self, _: &[u8], _: &Quota, _: u64) -> Result<Decision> {
+        match self.0 {
+            Behaviour::Fail => Err(StoreError::message("connection refused", true)),
+            Behaviour::Hang => std::future::pending().await,
+            Behaviour::Panic => panic!("store bug"),
+        }
+    }
+}
+
+/// A model-backed store that records the keys it is asked about.
+#[derive(Debug, Default)]
+struct Recording {
+    keys: std::sync::Mutex<Vec<Vec<u8>>>,
+    state: std::sync::Mutex<std::collections::HashMap<(Vec<u8>, String), model::State>>,
+    clock: ManualClock,
+    calls: AtomicU64,
+}
+
+#[async_trait]
+impl Store for Recording {
+    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.keys.lock().unwrap().push(key.to_vec());
+        let mut map = self.state.lock().unwrap();
+        let k = (key.to_vec(), quota.name().to_owned());
+        let step = model::decide(quota, map.remove(&k), self.clock.now(), cost)?;
+        map.insert(k, step.state);
+        Ok(step.decision)
+    }
+}
+
+fn quota() -> Quota {
+    Quota::sliding_window(Rate::per_minute(10)).unwrap()
+}
+
+fn limiter(store: impl Store + 'static, policy: FailurePolicy) -> Limiter {
+    Limiter::builder(store)
+        .quota(quota())
+        .failure_policy(policy)
+        .timeout(Duration::from_millis(20))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn store_errors_follow_the_policy() {
+    let open = limiter(Broken(Behaviour::Fail), FailurePolicy::FailOpen);
+    let d = open.check("a").await;
+    assert!(d.allowed);
+    assert_eq!(d.source, Source::FailOpen);
+    assert_eq!(d.limit, 10);
+    assert_eq!(open.stats().errors, 1);
+    assert_eq!(open.stats().fail_open, 1);
+    // Nothing is invented in the headers.
+    let h = open.headers(&d);
+    assert_eq!(h.get("X-RateLimit-Remaining"), None);
+    assert_eq!(h.get("RateLimit"), None);
+    assert_eq!(h.get("Retry-After"), None);
+    assert_eq!(h.get("X-RateLimit-Limit"), Some("10"));
+
+    let closed = limiter(Broken(Behaviour::Fail), FailurePolicy::FailClosed);
+    let d = closed.check("a").await;
+    assert!(!d.allowed);
+    assert_eq!(d.source, Source::FailClosed);
+    assert_eq!(d.retry_after, None);
+    assert_eq!(closed.stats().fail_closed, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_store_times_out() {
+    let l = limiter(Broken(Behaviour::Hang), FailurePolicy::FailClosed);
+    let start = tokio::time::Instant::now();
+    let d = l.check("a").await;
+    assert_eq!(start.elapsed(), Duration::from_millis(20));
+    assert_eq!(d.source, Source::FailClosed);
+    assert_eq!(l.stats().timeouts, 1);
+    assert_eq!(l.stats().errors, 0);
+}
+
+#[tokio::test]
+async fn a_panicking_store_does_not_panic_the_request() {
+    let l = limiter(Broken(Behaviour::Panic), FailurePolicy::FailOpen);
+    let d = l.check("a").await;
+    assert_eq!(d.source, Source::FailOpen);
+    assert_eq!(l.stats().errors, 1);
+}
+
+#[tokio::test]
+async fn costs_that_can_never_pass_are_errors_before_the_store() {
+    let store = Arc::new(Recording::default());
+    let l = Limiter::builder_arc(store.clone())
+        .quota(quota())
+        .build()
+        .unwrap();
+    assert!(l.check_n("a", 11).await.is_err());
+    assert!(l.check_n("a", 0).await.is_err());
+    assert_eq!(store.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn namespaces_prefix_keys_and_are_validated() {
+    let store = Arc::new(Recording::default());
+    let l = Limiter::builder_arc(store.clone())
+        .quota(quota())
+        .namespace("api")
+        .unwrap()
+        .build()
+        .unwrap();
+    l.check(b"\xffcaller").await;
+    assert_eq!(store.keys.lock().unwrap()[0], b"api:\xffcaller");
+    assert!(
+        Limiter::builder_arc(store.clone())
+            .namespace("a:b")
+            .is_err()
+    );
+    assert!(Limiter::builder_arc(store.clone()).namespace("").is_err());
+    assert!(Limiter::builder_arc(store).build().is_err(), "no quota");
+}
+
+#[tokio::test]
+async fn several_quotas_return_the_first_denial_or_the_tightest() {
+    let store = Arc::new(Recording::default());
+    let burst = Quota::fixed_window(Rate::per_second(2))
+        .unwrap()
+        .named("burst")
+        .unwrap();
+    let hourly = Quota::sliding_log(Rate::per_hour(5))
+        .unwrap()
+        .named("hourly")
+        .unwrap();
+    let l = Limiter::builder_arc(store)
+        .quota(burst)
+        .quota(hourly)
+        .build()
+        .unwrap();
+    let a = l.check("c").await;
+    assert!(a.allowed);
+    assert_eq!(a.remaining, 1, "the per-second quota is the tighter one");
+    l.check("c").await;
+    let denied = l.check("c").await;
+    assert!(!denied.allowed);
+    assert_eq!(denied.limit, 2);
+    assert_eq!(l.stats().denied, 1);
+}
