@@ -1,0 +1,127 @@
+//! The layer: configuration shared by every [`RateLimit`] service it makes.
+
+use std::sync::Arc;
+
+use ratelimit_core::Limiter;
+use tower_layer::Layer;
+
+use crate::cost::Cost;
+use crate::key::{KeyExtractor, MissingKey};
+use crate::policy::Policies;
+use crate::service::RateLimit;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) limiter: Limiter,
+    pub(crate) key: KeyExtractor,
+    pub(crate) missing: MissingKey,
+    pub(crate) policies: Policies,
+    pub(crate) cost: Cost,
+}
+
+/// Applies rate limiting to a service: makes [`RateLimit`] services.
+///
+/// Built over a [`Limiter`], which brings the store (any store), the key
+/// namespace, the failure policy and the store timeout. The layer adds how
+/// to read a request:
+///
+/// | setting | default | method |
+/// |---|---|---|
+/// | caller key | client IP ([`KeyExtractor::client_ip`]) | [`RateLimitLayer::key`] |
+/// | no key | `400` problem+json | [`RateLimitLayer::on_missing_key`] |
+/// | quota | the limiter's first quota, for every request | [`RateLimitLayer::policies`] |
+/// | cost | 1 | [`RateLimitLayer::cost`] |
+///
+/// Several quotas for one service (per plan, per route) are [`Policies`];
+/// a different *failure policy* for some routes (fail closed for logins,
+/// open for the rest) needs a second limiter, hence a second layer on
+/// those routes.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use axum::{Router, routing::get};
+/// use http::HeaderName;
+/// use ratelimit_local::DashMapStore;
+/// use ratelimit_tower::{
+///     FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota, Rate, RateLimitLayer,
+/// };
+///
+/// let plan = Quota::token_bucket(Rate::per_minute(100), 20)?.named("api")?;
+/// let limiter = Limiter::builder(DashMapStore::new())
+///     .quota(plan)
+///     .namespace("api")?
+///     .failure_policy(FailurePolicy::FailOpen)
+///     .build()?;
+/// let api_key = HeaderName::from_static("x-api-key");
+/// let layer = RateLimitLayer::new(limiter)
+///     .key(KeyExtractor::header(api_key.clone()))
+///     .on_missing_key(MissingKey::unauthorized_api_key(&api_key));
+/// let app: Router = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .layer(layer);
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+/// axum::serve(listener, app).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RateLimitLayer {
+    config: Arc<Config>,
+}
+
+impl RateLimitLayer {
+    /// A layer over `limiter`: every request is checked against the
+    /// limiter's first quota, keyed by client IP, at cost 1.
+    pub fn new(limiter: Limiter) -> Self {
+        let policies = match limiter.quotas().first() {
+            Some(q) => Policies::new().default_quota(q.clone()),
+            None => Policies::new(),
+        };
+        Self {
+            config: Arc::new(Config {
+                limiter,
+                key: KeyExtractor::default(),
+                missing: MissingKey::default(),
+                policies,
+                cost: Cost::default(),
+            }),
+        }
+    }
+
+    /// How to derive the caller key.
+    pub fn key(mut self, key: KeyExtractor) -> Self {
+        Arc::make_mut(&mut self.config).key = key;
+        self
+    }
+
+    /// What to answer when the key cannot be derived.
+    pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
+        Arc::make_mut(&mut self.config).missing = missing;
+        self
+    }
+
+    /// Which quota applies to which request (replaces the default of the
+    /// limiter's first quota for everything).
+    pub fn policies(mut self, policies: Policies) -> Self {
+        Arc::make_mut(&mut self.config).policies = policies;
+        self
+    }
+
+    /// The cost of a request.
+    pub fn cost(mut self, cost: Cost) -> Self {
+        Arc::make_mut(&mut self.config).cost = cost;
+        self
+    }
+
+    /// The limiter (for its [`Limiter::stats`], say).
+    pub fn limiter(&self) -> &Limiter {
+        &self.config.limiter
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit::from_config(inner, Arc::clone(&self.config))
+    }
+}
