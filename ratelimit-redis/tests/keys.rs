@@ -1,0 +1,89 @@
+//! Contract 7 in Redis itself: adversarial callers map to distinct keys
+//! whose hash tag is the whole escaped caller, and never share state.
+
+mod common;
+
+use std::collections::HashSet;
+
+use ratelimit_core::{Quota, Rate, Store};
+use ratelimit_redis::keys;
+use ratelimit_testkit::redis_server::RedisServer;
+
+fn adversarial() -> Vec<Vec<u8>> {
+    let mut callers: Vec<Vec<u8>> = [
+        &b""[..],
+        b"a",
+        b"{a}",
+        b"{",
+        b"}",
+        b"}{",
+        b"{}",
+        b"a}:{b",
+        b"a:b",
+        b"a%3Ab",
+        b"a%3ab",
+        b"%",
+        b"%%",
+        b"%25",
+        b"a b",
+        b"a\nb",
+        b"a\r\nb",
+        b"\0",
+        b"\xff\xfe",
+        b"caf\xc3\xa9",
+        b"caf\xe9",
+        b"x:default:tb",
+        b"x}:default:tb",
+        b"rl:{x}:default:tb",
+    ]
+    .iter()
+    .map(|c| c.to_vec())
+    .collect();
+    callers.push(vec![b'k'; 10 * 1024]);
+    callers.push(vec![b'{'; 10 * 1024]);
+    let mut all_bytes: Vec<u8> = (0..=255).collect();
+    all_bytes.extend((0..=255).rev());
+    callers.push(all_bytes);
+    callers
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn adversarial_callers_get_distinct_keys_tagged_by_the_whole_caller() {
+    let server = RedisServer::start();
+    let store = common::redis_rs_store(&server.url(), server.prefix()).await;
+    let quotas = [
+        Quota::fixed_window(Rate::per_hour(1)).unwrap(),
+        Quota::sliding_log(Rate::per_hour(1))
+            .unwrap()
+            .named("login")
+            .unwrap(),
+    ];
+    let callers = adversarial();
+    for q in &quotas {
+        let mut seen = HashSet::new();
+        for caller in &callers {
+            let key = store.key(caller, q);
+            assert!(seen.insert(key.clone()), "two callers share {key}");
+            let tag = keys::hash_tag(key.as_bytes());
+            let tag = std::str::from_utf8(tag).unwrap();
+            assert_eq!(
+                keys::unescape(tag).as_deref(),
+                Some(&caller[..]),
+                "tag of {key}"
+            );
+            assert!(key.starts_with(&format!("{}:{{", server.prefix())));
+            assert!(key.ends_with(&format!("}}:{}:{}", q.name(), q.kind().code())));
+            // Limit 1 per hour: each caller is admitted once, then denied,
+            // whatever the others did.
+            assert!(store.decide(caller, q, 1).await.unwrap().allowed, "{key}");
+        }
+        for caller in &callers {
+            assert!(!store.decide(caller, q, 1).await.unwrap().allowed);
+        }
+    }
+    let stored: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg(format!("{}:*", server.prefix()))
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(stored.len(), callers.len() * quotas.len());
+}
