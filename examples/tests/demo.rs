@@ -53,3 +53,24 @@ fn trailing_window_count_is_brute_force_right() {
     let (n, span) = demo::max_in_trailing(&[0, 10, 59, 60, 61, 200], 60);
     assert_eq!((n, span), (4, 51));
 }
+
+#[tokio::test]
+async fn redis_prints_the_same_table() {
+    use ratelimit_testkit::redis_server::{RedisServer, fresh_prefix};
+    let server = RedisServer::start();
+    let local_clock = ManualClock::new(demo::NOON);
+    let local: Arc<dyn Store> = Arc::new(DashMapStore::with_clock(local_clock.clone()));
+    let local_rows = demo::run_all(local, &local_clock, "t").await;
+
+    let clock = ManualClock::new(demo::NOON);
+    let redis: Arc<dyn Store> = Arc::new(
+        ratelimit_redis::RedisStore::builder(server.url())
+            .prefix(&fresh_prefix())
+            .clock(clock.clone())
+            .build()
+            .await
+            .expect("connect to the test server"),
+    );
+    let redis_rows = demo::run_all(redis, &clock, "t").await;
+    assert_eq!(demo::render(&local_rows), demo::render(&redis_rows));
+}
