@@ -1,0 +1,186 @@
+//! An HTTP API behind `ratelimit-tower`.
+//!
+//! ```text
+//! cargo run -p ratelimit-examples --bin server                                   # in-process store
+//! cargo run -p ratelimit-examples --bin server -- --redis redis://127.0.0.1:6379/ # shared Redis
+//! cargo run -p ratelimit-examples --bin server -- --addr 127.0.0.1:8080
+//! ```
+//!
+//! - `GET /api/hello`, `POST /api/orders`: the per-API-key plan, "100 per
+//!   minute, burst 20" (token bucket), keyed by `x-api-key`; no key is a
+//!   `401`. Fails **open**: a store outage must not become an API outage.
+//! - `POST /login`: 5 attempts per 15 minutes per client IP (sliding log,
+//!   exact in every trailing window). Fails **closed** (`503`): a store
+//!   outage must not hand a password guesser unlimited attempts.
+//! - `GET /`: a short description, not limited.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use http::HeaderName;
+use ratelimit_core::Store;
+use ratelimit_local::DashMapStore;
+use ratelimit_redis::RedisStore;
+use ratelimit_tower::{
+    FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota, Rate, RateLimitInfo, RateLimitLayer,
+};
+
+const USAGE: &str = "usage: server [--addr <HOST:PORT>] [--redis <URL>]\n\
+    \n  --addr   listen address (default 127.0.0.1:3000)\
+    \n  --redis  share limits through Redis at URL (default: in-process store)";
+
+struct Args {
+    addr: SocketAddr,
+    redis: Option<String>,
+}
+
+fn parse_args() -> Result<Option<Args>, String> {
+    let mut args = Args {
+        addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
+        redis: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--addr" => {
+                let v = it.next().ok_or("--addr needs a value")?;
+                args.addr = v.parse().map_err(|e| format!("--addr {v}: {e}"))?;
+            }
+            "--redis" => args.redis = Some(it.next().ok_or("--redis needs a URL")?),
+            "-h" | "--help" => return Ok(None),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(Some(args))
+}
+
+fn layers(
+    store: Arc<dyn Store>,
+) -> Result<(RateLimitLayer, RateLimitLayer), Box<dyn std::error::Error>> {
+    let plan = Quota::token_bucket(Rate::per_minute(100), 20)?.named("api")?;
+    let api = Limiter::builder_arc(Arc::clone(&store))
+        .quota(plan)
+        .namespace("api")?
+        .failure_policy(FailurePolicy::FailOpen)
+        .timeout(Duration::from_millis(50))
+        .build()?;
+    let api_key = HeaderName::from_static("x-api-key");
+    let api = RateLimitLayer::new(api)
+        .key(KeyExtractor::header(api_key.clone()))
+        .on_missing_key(MissingKey::unauthorized_api_key(&api_key));
+
+    let attempts =
+        Quota::sliding_log(Rate::new(5, Duration::from_secs(15 * 60)))?.named("login")?;
+    let login = Limiter::builder_arc(store)
+        .quota(attempts)
+        .namespace("login")?
+        .failure_policy(FailurePolicy::FailClosed)
+        .timeout(Duration::from_millis(50))
+        .build()?;
+    // Directly exposed: the peer address is the client. Behind a reverse
+    // proxy use KeyExtractor::forwarded_ip(x-forwarded-for, <proxies>).
+    let login = RateLimitLayer::new(login).key(KeyExtractor::client_ip());
+    Ok((api, login))
+}
+
+async fn index() -> &'static str {
+    "ratelimit example server\n\
+     GET  /api/hello   x-api-key plan: 100/min, burst 20 (token bucket, fails open)\n\
+     POST /api/orders  same plan; send an Idempotency-Key, 429s invite retries\n\
+     POST /login       5 per 15 min per client IP (sliding log, fails closed)\n"
+}
+
+async fn hello(Extension(info): Extension<RateLimitInfo>) -> String {
+    match info.decision.source {
+        ratelimit_tower::Source::Store => format!(
+            "hello, {}: {} of {} left in policy {:?}\n",
+            info.key, info.decision.remaining, info.decision.limit, info.policy
+        ),
+        _ => format!(
+            "hello, {}: the limiter's store is down; admitted uncounted\n",
+            info.key
+        ),
+    }
+}
+
+async fn order() -> &'static str {
+    "order accepted (a real handler would deduplicate on Idempotency-Key)\n"
+}
+
+async fn login() -> &'static str {
+    "login attempt recorded (this demo checks no password)\n"
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let (store, backend): (Arc<dyn Store>, String) = match &args.redis {
+        None => (
+            Arc::new(DashMapStore::new()),
+            "in-process DashMapStore (per-process protection only: N instances allow N x the limit)"
+                .to_owned(),
+        ),
+        Some(url) => match RedisStore::connect(url).await {
+            Ok(store) => (Arc::new(store), format!("RedisStore at {url}")),
+            Err(e) => {
+                eprintln!("cannot use Redis at {url}: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let (api, login_limit) = match layers(store) {
+        Ok(layers) => layers,
+        Err(e) => {
+            eprintln!("invalid rate-limit configuration: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let app = Router::new()
+        .route("/", get(index))
+        .merge(
+            Router::new()
+                .route("/api/hello", get(hello))
+                .route("/api/orders", post(order))
+                .layer(api),
+        )
+        .merge(
+            Router::new()
+                .route("/login", post(login))
+                .layer(login_limit),
+        );
+
+    let listener = match tokio::net::TcpListener::bind(args.addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cannot listen on {}: {e}", args.addr);
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("listening on http://{} with {backend}", args.addr);
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await;
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("server error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
