@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
 pub mod conformance;
+#[cfg(feature = "redis-cluster")]
+pub mod redis_cluster;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 

@@ -1,0 +1,915 @@
+//! A real Redis Cluster for tests (feature `redis-cluster`): 3 masters and 3
+//! replicas.
+//!
+//! [`RedisCluster::start`] spawns six `redis-server --cluster-enabled yes`
+//! processes on free loopback ports, in a temporary directory of their own,
+//! with a short `cluster-node-timeout` ([`NODE_TIMEOUT`]) so failovers happen
+//! within seconds; creates the cluster with `redis-cli --cluster create
+//! --cluster-replicas 1 --cluster-yes`; waits (bounded) until every node says
+//! `cluster_state:ok`, knows all six nodes and every replica's link to its
+//! master is up; and kills everything on drop.
+//!
+//! For fault tests it can kill ([`RedisCluster::kill`]), pause
+//! ([`RedisCluster::pause`], `SIGSTOP`) and resume nodes, run `CLUSTER
+//! FAILOVER` on a replica ([`RedisCluster::failover`]), and move one slot
+//! from one master to another the way `redis-cli --cluster reshard` does
+//! ([`RedisCluster::migrate_slot`]: `SETSLOT IMPORTING`/`MIGRATING`, `MIGRATE`
+//! in batches, `SETSLOT NODE` everywhere).
+//!
+//! Nodes are named by their port.
+//!
+//! With the environment variable `RATELIMIT_REDIS_CLUSTER_URLS` set to a
+//! comma-separated list of node URLs (`redis://127.0.0.1:7000/,...`), the
+//! fixture uses that cluster instead: inspection, `CLUSTER FAILOVER` and slot
+//! migration still work, but killing or pausing a node panics (those tests
+//! need processes the fixture owns; [`RedisCluster::start_local`] always
+//! spawns one).
+//!
+//! When no cluster can be had, the fixture **panics** with a message saying
+//! how to get one; a cluster test never passes without a cluster.
+//!
+//! Starting a cluster takes a few seconds: [`RedisCluster::shared`] hands the
+//! same cluster to every test of a binary that runs while it is alive.
+
+use std::collections::HashMap;
+use std::io::ErrorKind;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use crate::redis_server::fresh_prefix;
+
+/// The environment variable that points the suites at an external cluster:
+/// comma-separated node URLs.
+pub const URLS_ENV: &str = "RATELIMIT_REDIS_CLUSTER_URLS";
+
+/// The `cluster-node-timeout` of a local cluster: how long a master may be
+/// unreachable before the others fail it over.
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// How long [`RedisCluster::start`] and [`RedisCluster::wait_ok`] wait at most.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The number of hash slots in a Redis Cluster.
+pub const SLOTS: u16 = 16384;
+
+const HOW_TO_GET_REDIS: &str = "install it with `apt-get install -y redis-server redis-tools` \
+     (Debian/Ubuntu; the `redis-server` and `redis-cli` binaries must be on PATH), \
+     or point the suite at a running cluster with \
+     RATELIMIT_REDIS_CLUSTER_URLS=redis://host:port/,redis://host:port/,...";
+
+/// A node's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Serves slots.
+    Master,
+    /// Replicates a master.
+    Replica,
+}
+
+/// One node as `CLUSTER NODES` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// The 40-character node id.
+    pub id: String,
+    /// The host the node announces (`127.0.0.1` for a local cluster).
+    pub host: String,
+    /// The client port.
+    pub port: u16,
+    /// Master or replica.
+    pub role: Role,
+    /// For a replica, the id of its master.
+    pub master_id: Option<String>,
+    /// The slot ranges served (inclusive), masters only.
+    pub slots: Vec<(u16, u16)>,
+    /// Whether the cluster considers it failed (`fail` or `fail?`).
+    pub failed: bool,
+}
+
+impl Node {
+    /// `redis://host:port/`.
+    pub fn url(&self) -> String {
+        format!("redis://{}:{}/", self.host, self.port)
+    }
+
+    /// Whether this node serves `slot`.
+    pub fn serves(&self, slot: u16) -> bool {
+        self.slots.iter().any(|&(a, b)| a <= slot && slot <= b)
+    }
+}
+
+#[derive(Debug)]
+struct LocalNode {
+    port: u16,
+    child: Option<Child>,
+}
+
+#[derive(Debug)]
+enum Mode {
+    Local {
+        dir: PathBuf,
+        nodes: Mutex<Vec<LocalNode>>,
+    },
+    External {
+        urls: Vec<String>,
+    },
+}
+
+/// A Redis Cluster for one test binary. See the module docs.
+#[derive(Debug)]
+pub struct RedisCluster {
+    mode: Mode,
+    prefix: String,
+}
+
+static SHARED: Mutex<Weak<RedisCluster>> = Mutex::new(Weak::new());
+
+impl RedisCluster {
+    /// The cluster in `RATELIMIT_REDIS_CLUSTER_URLS` if set, else a new local
+    /// 6-node cluster.
+    ///
+    /// # Panics
+    ///
+    /// When neither is available (the message says how to get Redis), or the
+    /// cluster does not become healthy within [`READY_TIMEOUT`].
+    pub fn start() -> Self {
+        match std::env::var(URLS_ENV) {
+            Ok(urls) if !urls.trim().is_empty() => {
+                let urls: Vec<String> = urls
+                    .split(',')
+                    .map(|u| u.trim().to_owned())
+                    .filter(|u| !u.is_empty())
+                    .collect();
+                let cluster = Self {
+                    mode: Mode::External { urls },
+                    prefix: fresh_prefix(),
+                };
+                if let Err(e) = cluster.try_wait_ok(Duration::from_secs(5)) {
+                    panic!("{URLS_ENV} does not name a healthy cluster: {e}");
+                }
+                cluster
+            }
+            _ => Self::start_local(),
+        }
+    }
+
+    /// One cluster shared by every caller while any of them holds it: the
+    /// first call starts it (as [`RedisCluster::start`]), the last `Arc`
+    /// dropped stops it. Tests that kill or fail over nodes should use their
+    /// own cluster instead.
+    pub fn shared() -> Arc<Self> {
+        let mut guard = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cluster) = guard.upgrade() {
+            return cluster;
+        }
+        let cluster = Arc::new(Self::start());
+        *guard = Arc::downgrade(&cluster);
+        cluster
+    }
+
+    /// A new local cluster, whatever `RATELIMIT_REDIS_CLUSTER_URLS` says.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` or `redis-cli` is not installed (the message says
+    /// how to get them), or the cluster does not become healthy within
+    /// [`READY_TIMEOUT`].
+    pub fn start_local() -> Self {
+        let dir = std::env::temp_dir().join(format!("rl-cluster-{:016x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        let cluster = Self {
+            mode: Mode::Local {
+                dir,
+                nodes: Mutex::new(Vec::new()),
+            },
+            prefix: fresh_prefix(),
+        };
+        let mut last = String::new();
+        for _ in 0..6 {
+            let port = free_port_pair();
+            match cluster.spawn_node(port) {
+                Ok(child) => cluster.local_nodes().push(LocalNode {
+                    port,
+                    child: Some(child),
+                }),
+                Err(e) => last = e,
+            }
+        }
+        if cluster.ports().len() < 6 {
+            // Ports can be taken between finding and using them: a few more tries.
+            for _ in 0..10 {
+                if cluster.ports().len() == 6 {
+                    break;
+                }
+                let port = free_port_pair();
+                match cluster.spawn_node(port) {
+                    Ok(child) => cluster.local_nodes().push(LocalNode {
+                        port,
+                        child: Some(child),
+                    }),
+                    Err(e) => last = e,
+                }
+            }
+        }
+        assert!(
+            cluster.ports().len() == 6,
+            "could not start 6 redis-server cluster nodes: {last}"
+        );
+        cluster.create();
+        if let Err(e) = cluster.try_wait_ok(READY_TIMEOUT) {
+            panic!("the new cluster did not become healthy within {READY_TIMEOUT:?}: {e}");
+        }
+        cluster
+    }
+
+    fn local_nodes(&self) -> MutexGuard<'_, Vec<LocalNode>> {
+        match &self.mode {
+            Mode::Local { nodes, .. } => nodes.lock().unwrap_or_else(|e| e.into_inner()),
+            Mode::External { urls } => panic!(
+                "cannot control the processes of the external cluster {urls:?}: fault tests \
+                 need a local cluster (use RedisCluster::start_local; {HOW_TO_GET_REDIS})"
+            ),
+        }
+    }
+
+    fn spawn_node(&self, port: u16) -> Result<Child, String> {
+        let Mode::Local { dir, .. } = &self.mode else {
+            unreachable!("only local clusters spawn nodes")
+        };
+        let mut child = Command::new("redis-server")
+            .args(["--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+            .args(["--cluster-node-timeout", &NODE_TIMEOUT.as_millis().to_string()])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--dir", &dir.to_string_lossy()])
+            .args(["--logfile", &format!("node-{port}.log")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                if e.kind() == ErrorKind::NotFound {
+                    panic!(
+                        "redis-server not found on PATH, and {URLS_ENV} is not set: {HOW_TO_GET_REDIS}"
+                    );
+                }
+                format!("spawning redis-server: {e}")
+            })?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!(
+                    "redis-server on port {port} exited at start ({status}); port taken?"
+                ));
+            }
+            match query::<String>(port_url(port), &redis::cmd("PING")) {
+                Ok(_) => return Ok(child),
+                Err(e) if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "redis-server on port {port} did not answer PING in 10 s: {e}"
+                    ));
+                }
+                Err(_) => sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
+    fn create(&self) {
+        let addrs: Vec<String> = self
+            .ports()
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| {
+                if e.kind() == ErrorKind::NotFound {
+                    panic!("redis-cli not found on PATH: {HOW_TO_GET_REDIS}");
+                }
+                panic!("running redis-cli --cluster create: {e}")
+            });
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Whether this fixture spawned the nodes (as opposed to using
+    /// `RATELIMIT_REDIS_CLUSTER_URLS`).
+    pub fn is_local(&self) -> bool {
+        matches!(self.mode, Mode::Local { .. })
+    }
+
+    /// The ports of the nodes this fixture knows (spawned or given), alive or
+    /// not, in start order.
+    pub fn ports(&self) -> Vec<u16> {
+        match &self.mode {
+            Mode::Local { nodes, .. } => nodes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|n| n.port)
+                .collect(),
+            Mode::External { urls } => urls.iter().map(|u| url_port(u)).collect(),
+        }
+    }
+
+    /// Seed URLs for a cluster client: one per node the fixture knows, alive
+    /// or not (clients skip the dead ones).
+    pub fn urls(&self) -> Vec<String> {
+        match &self.mode {
+            Mode::Local { .. } => self.ports().into_iter().map(port_url).collect(),
+            Mode::External { urls } => urls.clone(),
+        }
+    }
+
+    /// `host:port` of every node the fixture knows, for clients that take
+    /// addresses rather than URLs.
+    pub fn addrs(&self) -> Vec<(String, u16)> {
+        self.urls().iter().map(|u| url_host_port(u)).collect()
+    }
+
+    /// This fixture's random key prefix, `rltest-<hex>`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn url_of(&self, port: u16) -> String {
+        match &self.mode {
+            Mode::Local { .. } => port_url(port),
+            Mode::External { urls } => urls
+                .iter()
+                .find(|u| url_port(u) == port)
+                .cloned()
+                .unwrap_or_else(|| {
+                    let host = urls
+                        .first()
+                        .map_or("127.0.0.1".to_owned(), |u| url_host_port(u).0);
+                    format!("redis://{host}:{port}/")
+                }),
+        }
+    }
+
+    /// A synchronous connection to the node on `port`, with 5 s timeouts.
+    pub fn connection(&self, port: u16) -> redis::Connection {
+        connect(&self.url_of(port), Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("connecting to cluster node {port}: {e}"))
+    }
+
+    /// Runs `cmd` on the node on `port`.
+    pub fn query<T: redis::FromRedisValue>(
+        &self,
+        port: u16,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<T> {
+        query(self.url_of(port), cmd)
+    }
+
+    /// The nodes as the first reachable node sees them (`CLUSTER NODES`).
+    ///
+    /// # Panics
+    ///
+    /// When no node answers.
+    pub fn nodes(&self) -> Vec<Node> {
+        let mut last = String::new();
+        for port in self.ports() {
+            match self.query::<String>(port, redis::cmd("CLUSTER").arg("NODES")) {
+                Ok(text) => return parse_nodes(&text, &self.url_of(port)),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        panic!("no cluster node answers CLUSTER NODES: {last}");
+    }
+
+    /// The masters that serve slots and are not failed.
+    pub fn masters(&self) -> Vec<Node> {
+        self.nodes()
+            .into_iter()
+            .filter(|n| n.role == Role::Master && !n.failed && !n.slots.is_empty())
+            .collect()
+    }
+
+    /// The replicas of the master `master`.
+    pub fn replicas_of(&self, master: &Node) -> Vec<Node> {
+        self.nodes()
+            .into_iter()
+            .filter(|n| n.master_id.as_deref() == Some(master.id.as_str()))
+            .collect()
+    }
+
+    /// The master serving `slot`, as the first reachable node sees it.
+    ///
+    /// # Panics
+    ///
+    /// When no live master serves it.
+    pub fn master_for_slot(&self, slot: u16) -> Node {
+        self.nodes()
+            .into_iter()
+            .find(|n| n.role == Role::Master && !n.failed && n.serves(slot))
+            .unwrap_or_else(|| panic!("no live master serves slot {slot}"))
+    }
+
+    /// The slot of `key`, as the server computes it (`CLUSTER KEYSLOT`).
+    pub fn key_slot(&self, key: &[u8]) -> u16 {
+        let mut last = String::new();
+        for port in self.ports() {
+            match self.query::<u16>(port, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key)) {
+                Ok(slot) => return slot,
+                Err(e) => last = e.to_string(),
+            }
+        }
+        panic!("no cluster node answers CLUSTER KEYSLOT: {last}");
+    }
+
+    /// Kills the node on `port` (`SIGKILL`) and waits for it to exit. Its
+    /// data is gone; the cluster fails it over after [`NODE_TIMEOUT`].
+    pub fn kill(&self, port: u16) {
+        let mut nodes = self.local_nodes();
+        let node = nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .unwrap_or_else(|| panic!("no local node on port {port}"));
+        if let Some(mut child) = node.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn pid(&self, port: u16) -> u32 {
+        let nodes = self.local_nodes();
+        let node = nodes
+            .iter()
+            .find(|n| n.port == port)
+            .unwrap_or_else(|| panic!("no local node on port {port}"));
+        node.child
+            .as_ref()
+            .unwrap_or_else(|| panic!("the node on port {port} was killed"))
+            .id()
+    }
+
+    /// Freezes the node on `port` with `SIGSTOP`: its connections stay open,
+    /// nothing answers. Paused longer than [`NODE_TIMEOUT`], a master is
+    /// failed over.
+    pub fn pause(&self, port: u16) {
+        signal(self.pid(port), "STOP");
+    }
+
+    /// Resumes a paused node with `SIGCONT`.
+    pub fn resume(&self, port: u16) {
+        signal(self.pid(port), "CONT");
+    }
+
+    /// Runs `CLUSTER FAILOVER` on the replica on `port` and waits (bounded by
+    /// [`READY_TIMEOUT`]) until it is a master and the cluster is healthy.
+    ///
+    /// # Panics
+    ///
+    /// When the node is not a replica or the failover does not complete.
+    pub fn failover(&self, replica_port: u16) {
+        let node = self
+            .nodes()
+            .into_iter()
+            .find(|n| n.port == replica_port)
+            .unwrap_or_else(|| panic!("no node on port {replica_port}"));
+        assert_eq!(node.role, Role::Replica, "CLUSTER FAILOVER needs a replica");
+        let _: () = self
+            .query(replica_port, redis::cmd("CLUSTER").arg("FAILOVER"))
+            .unwrap_or_else(|e| panic!("CLUSTER FAILOVER on {replica_port}: {e}"));
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let me = self.query::<String>(replica_port, redis::cmd("CLUSTER").arg("NODES"));
+            if let Ok(text) = me {
+                let nodes = parse_nodes(&text, &self.url_of(replica_port));
+                if nodes
+                    .iter()
+                    .any(|n| n.port == replica_port && n.role == Role::Master)
+                {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replica {replica_port} did not become master within {READY_TIMEOUT:?}"
+            );
+            sleep(Duration::from_millis(20));
+        }
+        self.wait_ok();
+    }
+
+    /// Waits until a live master other than `old_port` serves `slot` (the
+    /// cluster promoted a replica) and returns it, or `None` after `timeout`.
+    pub fn wait_for_new_master(&self, slot: u16, old_port: u16, timeout: Duration) -> Option<Node> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for port in self.ports() {
+                if port == old_port {
+                    continue;
+                }
+                let Ok(text) = self.query::<String>(port, redis::cmd("CLUSTER").arg("NODES"))
+                else {
+                    continue;
+                };
+                let found = parse_nodes(&text, &self.url_of(port))
+                    .into_iter()
+                    .find(|n| {
+                        n.role == Role::Master && !n.failed && n.serves(slot) && n.port != old_port
+                    });
+                if found.is_some() {
+                    return found;
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Moves `slot` from the master on `from` to the master on `to`, as
+    /// `redis-cli --cluster reshard` does: `SETSLOT IMPORTING` on the
+    /// target, `SETSLOT MIGRATING` on the source, `MIGRATE` of its keys in
+    /// batches of 100, then `SETSLOT NODE` on the target, the source and
+    /// every other master.
+    pub fn migrate_slot(&self, slot: u16, from: u16, to: u16) {
+        self.migrate_slot_holding(slot, from, to, Duration::ZERO);
+    }
+
+    /// As [`RedisCluster::migrate_slot`], but waits `hold` after the keys
+    /// have moved and before `SETSLOT NODE`, keeping the slot in the
+    /// migrating state (where clients get `ASK` redirects) that long; keys
+    /// created at the source meanwhile are moved too.
+    pub fn migrate_slot_holding(&self, slot: u16, from: u16, to: u16, hold: Duration) {
+        let nodes = self.nodes();
+        let id_of = |port: u16| {
+            nodes
+                .iter()
+                .find(|n| n.port == port)
+                .map(|n| n.id.clone())
+                .unwrap_or_else(|| panic!("no node on port {port}"))
+        };
+        let (from_id, to_id) = (id_of(from), id_of(to));
+        let target = nodes.iter().find(|n| n.port == to).expect("target node");
+        let setslot = |port: u16, how: &str, id: &str| {
+            let r: redis::RedisResult<()> = self.query(
+                port,
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg(how)
+                    .arg(id),
+            );
+            r.unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {how} on {port}: {e}"));
+        };
+        setslot(to, "IMPORTING", &from_id);
+        setslot(from, "MIGRATING", &to_id);
+        let move_keys = || loop {
+            let keys: Vec<Vec<u8>> = self
+                .query(
+                    from,
+                    redis::cmd("CLUSTER")
+                        .arg("GETKEYSINSLOT")
+                        .arg(slot)
+                        .arg(100),
+                )
+                .unwrap_or_else(|e| panic!("CLUSTER GETKEYSINSLOT {slot} on {from}: {e}"));
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = redis::cmd("MIGRATE");
+            migrate
+                .arg(&target.host)
+                .arg(target.port)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys);
+            let r: redis::RedisResult<redis::Value> = self.query(from, &migrate);
+            r.unwrap_or_else(|e| panic!("MIGRATE of slot {slot} from {from} to {to}: {e}"));
+        };
+        move_keys();
+        if !hold.is_zero() {
+            sleep(hold);
+            move_keys();
+        }
+        setslot(to, "NODE", &to_id);
+        setslot(from, "NODE", &to_id);
+        for n in &nodes {
+            if n.role == Role::Master && !n.failed && n.port != to && n.port != from {
+                let _: redis::RedisResult<()> = self.query(
+                    n.port,
+                    redis::cmd("CLUSTER")
+                        .arg("SETSLOT")
+                        .arg(slot)
+                        .arg("NODE")
+                        .arg(&to_id),
+                );
+            }
+        }
+    }
+
+    /// Waits (bounded by [`READY_TIMEOUT`]) until every live node says
+    /// `cluster_state:ok`, all 16384 slots are served, and every live
+    /// replica's link to its master is up.
+    ///
+    /// # Panics
+    ///
+    /// When that does not happen in time.
+    pub fn wait_ok(&self) {
+        if let Err(e) = self.try_wait_ok(READY_TIMEOUT) {
+            panic!("the cluster did not become healthy within {READY_TIMEOUT:?}: {e}");
+        }
+    }
+
+    fn live_ports(&self) -> Vec<u16> {
+        match &self.mode {
+            Mode::Local { nodes, .. } => nodes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .filter(|n| n.child.is_some())
+                .map(|n| n.port)
+                .collect(),
+            Mode::External { .. } => self.ports(),
+        }
+    }
+
+    fn try_wait_ok(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.health() {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    fn health(&self) -> Result<(), String> {
+        let live = self.live_ports();
+        for &port in &live {
+            let info: String = self
+                .query(port, redis::cmd("CLUSTER").arg("INFO"))
+                .map_err(|e| format!("node {port}: {e}"))?;
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                    .map(str::trim)
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            if field("cluster_state") != "ok" {
+                return Err(format!(
+                    "node {port}: cluster_state:{}",
+                    field("cluster_state")
+                ));
+            }
+            if field("cluster_slots_ok") != SLOTS.to_string() {
+                return Err(format!(
+                    "node {port}: cluster_slots_ok:{}",
+                    field("cluster_slots_ok")
+                ));
+            }
+            let text: String = self
+                .query(port, redis::cmd("CLUSTER").arg("NODES"))
+                .map_err(|e| format!("node {port}: {e}"))?;
+            let nodes = parse_nodes(&text, &self.url_of(port));
+            let me = nodes
+                .iter()
+                .find(|n| n.port == port)
+                .ok_or_else(|| format!("node {port} does not list itself"))?;
+            for &other in &live {
+                if !nodes.iter().any(|n| n.port == other && !n.failed) {
+                    return Err(format!("node {port} does not see node {other} as healthy"));
+                }
+            }
+            if me.role == Role::Replica {
+                let repl: String = self
+                    .query(port, redis::cmd("INFO").arg("replication"))
+                    .map_err(|e| format!("node {port}: {e}"))?;
+                if !repl.contains("master_link_status:up") {
+                    return Err(format!("replica {port}: link to its master is not up"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `used_memory` of every live node, summed, in bytes.
+    pub fn used_memory(&self) -> u64 {
+        self.live_ports()
+            .into_iter()
+            .filter_map(|port| {
+                let info: String = self.query(port, redis::cmd("INFO").arg("memory")).ok()?;
+                info.lines()
+                    .find_map(|l| l.strip_prefix("used_memory:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .sum()
+    }
+
+    /// `SCRIPT FLUSH` on every live node, as a restart would leave them.
+    pub fn flush_scripts(&self) {
+        for port in self.live_ports() {
+            let _: redis::RedisResult<()> = self.query(port, redis::cmd("SCRIPT").arg("FLUSH"));
+        }
+    }
+
+    /// The number of keys each live master holds (`DBSIZE`), by port.
+    pub fn dbsize_by_master(&self) -> HashMap<u16, u64> {
+        self.masters()
+            .into_iter()
+            .filter_map(|n| {
+                Some((
+                    n.port,
+                    self.query::<u64>(n.port, &redis::cmd("DBSIZE")).ok()?,
+                ))
+            })
+            .collect()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        if let Mode::Local { dir, nodes } = &mut self.mode {
+            let nodes = nodes.get_mut().unwrap_or_else(|e| e.into_inner());
+            for node in nodes.iter_mut() {
+                if let Some(mut child) = node.child.take() {
+                    // SIGKILL also ends a SIGSTOPped process.
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn port_url(port: u16) -> String {
+    format!("redis://127.0.0.1:{port}/")
+}
+
+fn url_host_port(url: &str) -> (String, u16) {
+    let rest = url
+        .split_once("://")
+        .map_or(url, |(_, r)| r)
+        .trim_end_matches('/');
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let rest = rest.split('/').next().unwrap_or(rest);
+    match rest.rsplit_once(':') {
+        Some((h, p)) => (h.to_owned(), p.parse().unwrap_or(6379)),
+        None => (rest.to_owned(), 6379),
+    }
+}
+
+fn url_port(url: &str) -> u16 {
+    url_host_port(url).1
+}
+
+/// A free port whose cluster bus port (+10000) is free too.
+fn free_port_pair() -> u16 {
+    for _ in 0..200 {
+        let listener =
+            TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to find a free port");
+        let port = listener.local_addr().expect("local address").port();
+        if !(1024..=55_000).contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port pair (port, port + 10000) found");
+}
+
+fn connect(url: &str, timeout: Duration) -> Result<redis::Connection, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let conn = client
+        .get_connection_with_timeout(timeout)
+        .map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    conn.set_write_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    Ok(conn)
+}
+
+fn query<T: redis::FromRedisValue>(url: String, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+    let mut conn = connect(&url, Duration::from_secs(5)).map_err(|e| {
+        redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            e,
+        ))
+    })?;
+    cmd.query(&mut conn)
+}
+
+/// Parses `CLUSTER NODES`; `url` is the node asked, whose host replaces an
+/// empty announced host.
+fn parse_nodes(text: &str, url: &str) -> Vec<Node> {
+    let default_host = url_host_port(url).0;
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 8 {
+                return None;
+            }
+            // ip:port@cport[,hostname]
+            let addr = f[1].split(['@', ',']).next().unwrap_or("");
+            let (host, port) = addr.rsplit_once(':')?;
+            let port: u16 = port.parse().ok()?;
+            let host = if host.is_empty() {
+                default_host.clone()
+            } else {
+                host.to_owned()
+            };
+            let flags: Vec<&str> = f[2].split(',').collect();
+            let role = if flags.contains(&"master") {
+                Role::Master
+            } else {
+                Role::Replica
+            };
+            let master_id = (f[3] != "-").then(|| f[3].to_owned());
+            let slots = f[8..]
+                .iter()
+                .filter(|s| !s.starts_with('['))
+                .filter_map(|s| match s.split_once('-') {
+                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                    None => {
+                        let v = s.parse().ok()?;
+                        Some((v, v))
+                    }
+                })
+                .collect();
+            Some(Node {
+                id: f[0].to_owned(),
+                host,
+                port,
+                role,
+                master_id,
+                slots,
+                failed: flags.iter().any(|&g| g == "fail" || g == "fail?")
+                    || flags.contains(&"noaddr"),
+            })
+        })
+        .collect()
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap_or_else(|e| panic!("running `kill -{sig} {pid}`: {e}"));
+    assert!(status.success(), "`kill -{sig} {pid}` failed: {status}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cluster_nodes() {
+        let text = "\
+07c37dfeb235213a872192d90877d0cd55635b91 127.0.0.1:30004@40004 slave e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 0 1426238317239 4 connected
+67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 127.0.0.1:30002@40002 master - 0 1426238316232 2 connected 5461-10922
+e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@40001 myself,master - 0 0 1 connected 0-5460 [5461->-67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1]
+6ec23923021cf3ffec47632106199cb7f496ce01 127.0.0.1:30005@40005 master,fail - 0 1426238316232 5 disconnected 10923 10924-16383
+";
+        let nodes = parse_nodes(text, "redis://127.0.0.1:30001/");
+        assert_eq!(nodes.len(), 4);
+        assert_eq!(nodes[0].role, Role::Replica);
+        assert_eq!(
+            nodes[0].master_id.as_deref(),
+            Some("e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca")
+        );
+        assert_eq!(nodes[1].slots, vec![(5461, 10922)]);
+        assert_eq!(nodes[2].slots, vec![(0, 5460)]);
+        assert!(nodes[2].serves(0) && !nodes[2].serves(5461));
+        assert!(nodes[3].failed);
+        assert_eq!(nodes[3].slots, vec![(10923, 10923), (10924, 16383)]);
+    }
+
+    #[test]
+    fn urls_split() {
+        assert_eq!(
+            url_host_port("redis://127.0.0.1:7000/"),
+            ("127.0.0.1".into(), 7000)
+        );
+        assert_eq!(url_host_port("redis://:pw@h:7001"), ("h".into(), 7001));
+    }
+}
