@@ -1,1 +1,154 @@
-//! Benchmarks.
+//! Shared helpers for the benchmarks and load generators of the workspace.
+//!
+//! The benches themselves live in `benches/benches/` (criterion, run with
+//! `cargo bench -p ratelimit-benches`); see `BENCHMARKS.md` at the repository
+//! root for what they measure and the tables they produced.
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// `n` distinct caller ids (`customer-<i>`), in a fixed pseudo-random order.
+///
+/// The order is a Fisher-Yates shuffle driven by a fixed-seed SplitMix64, so
+/// every run and every implementation sees the same sequence, and walking the
+/// vector visits the keys in an order unrelated to their hashes or insertion.
+pub fn caller_ids(n: usize) -> Vec<String> {
+    let mut ids: Vec<String> = (0..n).map(|i| format!("customer-{i}")).collect();
+    let mut rng = SplitMix64(0x5eed_1234_abcd_0042);
+    for i in (1..ids.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        ids.swap(i, j);
+    }
+    ids
+}
+
+/// SplitMix64: a tiny deterministic generator for shuffles (not for security).
+#[derive(Debug, Clone)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// Polls a future that is known to complete without waiting (such as
+/// `DashMapStore::decide`) once, with a no-op waker.
+///
+/// # Panics
+/// If the future is not ready on its first poll.
+pub fn ready<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("future was expected to be ready on first poll"),
+    }
+}
+
+/// Runs `work(thread, count)` on `threads` threads at once, splitting `total`
+/// iterations between them, and returns the wall time from the first start
+/// to the last finish. With one thread it runs on the calling thread.
+///
+/// Divided by `total`, the result is the time per decision at the aggregate
+/// throughput of all threads (the inverse of decisions per second).
+pub fn run_split<W>(threads: usize, total: u64, work: W) -> Duration
+where
+    W: Fn(usize, u64) + Sync,
+{
+    let threads = threads.max(1);
+    let share = |t: usize| total / threads as u64 + u64::from((t as u64) < total % threads as u64);
+    if threads == 1 {
+        let start = Instant::now();
+        work(0, total);
+        return start.elapsed();
+    }
+    let barrier = std::sync::Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (work, barrier) = (&work, &barrier);
+            let n = share(t);
+            s.spawn(move || {
+                barrier.wait();
+                work(t, n);
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        // Leaving the scope joins every thread.
+        start
+    })
+    .elapsed()
+}
+
+/// A cursor over a key set: thread `t` of `threads` starts at its own offset
+/// and wraps around, without a division per step.
+#[derive(Debug, Clone)]
+pub struct Cursor {
+    next: usize,
+    len: usize,
+}
+
+impl Cursor {
+    /// A cursor over `len` keys for thread `t` of `threads`.
+    pub fn new(len: usize, t: usize, threads: usize) -> Self {
+        assert!(len > 0, "empty key set");
+        Self {
+            next: len * t / threads.max(1),
+            len,
+        }
+    }
+
+    /// The next index.
+    #[inline]
+    pub fn next_index(&mut self) -> usize {
+        let i = self.next;
+        self.next += 1;
+        if self.next == self.len {
+            self.next = 0;
+        }
+        i
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[test]
+    fn caller_ids_are_distinct_and_deterministic() {
+        let a = caller_ids(1000);
+        let b = caller_ids(1000);
+        assert_eq!(a, b);
+        let mut s = a.clone();
+        s.sort();
+        s.dedup();
+        assert_eq!(s.len(), 1000);
+        assert_ne!(a[0], "customer-0", "shuffled");
+    }
+
+    #[test]
+    fn run_split_runs_every_iteration() {
+        for threads in 1..4 {
+            let done = AtomicU64::new(0);
+            run_split(threads, 1001, |_, n| {
+                done.fetch_add(n, Ordering::Relaxed);
+            });
+            assert_eq!(done.load(Ordering::Relaxed), 1001);
+        }
+    }
+
+    #[test]
+    fn cursor_wraps_from_its_offset() {
+        let mut c = Cursor::new(4, 1, 2);
+        let v: Vec<usize> = (0..5).map(|_| c.next_index()).collect();
+        assert_eq!(v, [2, 3, 0, 1, 2]);
+    }
+}

@@ -1,0 +1,266 @@
+//! In-process benchmarks: the core model's step per algorithm, and the local
+//! store (`DashMapStore`, through the `Store` trait and through
+//! `Limiter::check`) side by side with governor 0.10's keyed DashMap limiter
+//! on the same scenario, in the same run.
+//!
+//! `cargo bench -p ratelimit-benches --bench local`; see `BENCHMARKS.md`.
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+use governor::{DefaultKeyedRateLimiter, RateLimiter};
+use ratelimit_benches::{Cursor, caller_ids, ready, run_split};
+use ratelimit_core::model::{self, State};
+use ratelimit_core::{Limiter, Quota, Rate, Store};
+use ratelimit_local::DashMapStore;
+use tokio::runtime::Runtime;
+
+/// All cores of the benchmark machine (2); see BENCHMARKS.md.
+const ALL_CORES: usize = 2;
+
+fn configure(group: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(1));
+}
+
+// ---------------------------------------------------------------------------
+// The model's step
+// ---------------------------------------------------------------------------
+
+/// One caller sending a request every 375 ms (160 per minute) against a
+/// 100-per-minute quota: 1.6x over the rate, so both the admit and the deny
+/// paths run (the bucket or window fills, then about 5 in 8 calls pass).
+fn model_step(c: &mut Criterion) {
+    let mut group = c.benchmark_group("model_step");
+    configure(&mut group);
+    let quotas = [
+        ("fixed_window", Quota::fixed_window(Rate::per_minute(100))),
+        (
+            "sliding_window",
+            Quota::sliding_window(Rate::per_minute(100)),
+        ),
+        ("sliding_log", Quota::sliding_log(Rate::per_minute(100))),
+        (
+            "token_bucket",
+            Quota::token_bucket(Rate::per_minute(100), 20),
+        ),
+    ];
+    for (name, quota) in quotas {
+        let quota = quota.expect("valid quota");
+        let admitted = AtomicU64::new(0);
+        let total = AtomicU64::new(0);
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut now: u64 = 1_800_000_000_000_000;
+                let mut state: Option<State> = None;
+                let mut ok = 0u64;
+                let start = std::time::Instant::now();
+                for _ in 0..iters {
+                    let step = model::decide(black_box(&quota), state, black_box(now), 1)
+                        .expect("cost 1 is valid");
+                    ok += u64::from(step.decision.allowed);
+                    state = Some(step.state);
+                    now += 375_000;
+                }
+                let elapsed = start.elapsed();
+                black_box(state);
+                admitted.fetch_add(ok, Ordering::Relaxed);
+                total.fetch_add(iters, Ordering::Relaxed);
+                elapsed
+            })
+        });
+        report_admitted(name, &admitted, &total);
+    }
+    group.finish();
+}
+
+fn report_admitted(name: &str, admitted: &AtomicU64, total: &AtomicU64) {
+    let (a, t) = (
+        admitted.load(Ordering::Relaxed),
+        total.load(Ordering::Relaxed),
+    );
+    if t > 0 {
+        println!(
+            "{name:>16}: admitted {:.1}% of {t} decisions",
+            100.0 * a as f64 / t as f64
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The local store against governor
+// ---------------------------------------------------------------------------
+
+/// A quota both limiters can express with the same admissions: a token
+/// bucket of `burst` refilled at `per_second` is GCRA with emission interval
+/// 1/rate and burst tolerance `burst`.
+struct SameQuota {
+    name: &'static str,
+    ours: Quota,
+    governor: governor::Quota,
+}
+
+fn quotas() -> Vec<SameQuota> {
+    vec![
+        // The plan from the problem statement: almost every call is denied
+        // once a key's burst is spent (the deny path).
+        SameQuota {
+            name: "100_per_min_burst_20",
+            ours: Quota::token_bucket(Rate::per_minute(100), 20).expect("valid"),
+            governor: governor::Quota::per_minute(NonZeroU32::new(100).expect("non-zero"))
+                .allow_burst(NonZeroU32::new(20).expect("non-zero")),
+        },
+        // A rate no benchmark loop can reach: every call is admitted (the
+        // admit path).
+        SameQuota {
+            name: "1e9_per_s_burst_1000",
+            ours: Quota::token_bucket(Rate::per_second(1_000_000_000), 1000).expect("valid"),
+            governor: governor::Quota::per_second(
+                NonZeroU32::new(1_000_000_000).expect("non-zero"),
+            )
+            .allow_burst(NonZeroU32::new(1000).expect("non-zero")),
+        },
+    ]
+}
+
+struct Contenders {
+    store: DashMapStore,
+    limiter: Limiter,
+    governor: DefaultKeyedRateLimiter<String>,
+}
+
+impl Contenders {
+    /// Fresh limiters with every key of `keys` seen once, so the measured
+    /// calls find existing state (as a steady stream of callers does).
+    fn prefilled(q: &SameQuota, keys: &[String], rt: &Runtime) -> Self {
+        let c = Self {
+            store: DashMapStore::new(),
+            limiter: Limiter::builder(DashMapStore::new())
+                .quota(q.ours.clone())
+                .build()
+                .expect("valid limiter"),
+            governor: RateLimiter::keyed(q.governor),
+        };
+        for k in keys {
+            let _ = ready(c.store.decide(k.as_bytes(), &q.ours, 1));
+            let _ = c.governor.check_key(k);
+        }
+        rt.block_on(async {
+            for k in keys {
+                c.limiter.check(k).await;
+            }
+        });
+        c
+    }
+}
+
+fn runtimes(n: usize) -> Vec<Runtime> {
+    (0..n)
+        .map(|_| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime")
+        })
+        .collect()
+}
+
+fn local_store(c: &mut Criterion) {
+    let rts = runtimes(ALL_CORES);
+    let key_sets: [(&str, usize); 3] =
+        [("hot_key", 1), ("10k_keys", 10_000), ("1m_keys", 1_000_000)];
+    for (set_name, n) in key_sets {
+        let keys = caller_ids(n);
+        for q in quotas() {
+            let contenders = Contenders::prefilled(&q, &keys, &rts[0]);
+            for threads in [1, ALL_CORES] {
+                let mut group =
+                    c.benchmark_group(format!("local/{set_name}/{}/{threads}t", q.name));
+                configure(&mut group);
+                bench_contenders(&mut group, &contenders, &q, &keys, threads, &rts);
+                group.finish();
+            }
+        }
+    }
+}
+
+fn bench_contenders(
+    group: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    c: &Contenders,
+    q: &SameQuota,
+    keys: &[String],
+    threads: usize,
+    rts: &[Runtime],
+) {
+    let admitted = AtomicU64::new(0);
+    let total = AtomicU64::new(0);
+    let count = |ok: u64, n: u64| {
+        admitted.fetch_add(ok, Ordering::Relaxed);
+        total.fetch_add(n, Ordering::Relaxed);
+    };
+    let reset = || {
+        admitted.store(0, Ordering::Relaxed);
+        total.store(0, Ordering::Relaxed);
+    };
+
+    group.bench_function("ours_store", |b| {
+        b.iter_custom(|iters| {
+            run_split(threads, iters, |t, n| {
+                rts[t].block_on(async {
+                    let mut cur = Cursor::new(keys.len(), t, threads);
+                    let mut ok = 0u64;
+                    for _ in 0..n {
+                        let k = keys[cur.next_index()].as_bytes();
+                        let d = c.store.decide(k, &q.ours, 1).await.expect("valid cost");
+                        ok += u64::from(d.allowed);
+                    }
+                    count(ok, n);
+                })
+            })
+        })
+    });
+    report_admitted("ours_store", &admitted, &total);
+    reset();
+
+    group.bench_function("ours_limiter", |b| {
+        b.iter_custom(|iters| {
+            run_split(threads, iters, |t, n| {
+                rts[t].block_on(async {
+                    let mut cur = Cursor::new(keys.len(), t, threads);
+                    let mut ok = 0u64;
+                    for _ in 0..n {
+                        let d = c.limiter.check(&keys[cur.next_index()]).await;
+                        ok += u64::from(d.allowed);
+                    }
+                    count(ok, n);
+                })
+            })
+        })
+    });
+    report_admitted("ours_limiter", &admitted, &total);
+    reset();
+
+    group.bench_function("governor", |b| {
+        b.iter_custom(|iters| {
+            run_split(threads, iters, |t, n| {
+                let mut cur = Cursor::new(keys.len(), t, threads);
+                let mut ok = 0u64;
+                for _ in 0..n {
+                    ok += u64::from(c.governor.check_key(&keys[cur.next_index()]).is_ok());
+                }
+                count(ok, n);
+            })
+        })
+    });
+    report_admitted("governor", &admitted, &total);
+}
+
+criterion_group!(benches, model_step, local_store);
+criterion_main!(benches);
