@@ -197,10 +197,11 @@ fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
 /// Never a panic and never a 500: either a clear client error with an
 /// `application/problem+json` body of type [`crate::MISSING_KEY_TYPE`], or
 /// one shared bucket for every such request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissingKey {
     /// `400 Bad Request` (the default).
+    #[default]
     BadRequest,
     /// `401 Unauthorized` with this `WWW-Authenticate` challenge, for APIs
     /// where the key is a credential.
@@ -227,11 +228,6 @@ impl MissingKey {
     }
 }
 
-impl Default for MissingKey {
-    fn default() -> Self {
-        Self::BadRequest
-    }
-}
 
 #[cfg(test)]
 mod tests {

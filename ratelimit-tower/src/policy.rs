@@ -78,7 +78,7 @@ impl Policies {
     pub fn route(mut self, prefix: impl Into<String>, quota: Quota) -> Self {
         self.routes.push((prefix.into(), quota));
         // Longest first, so the first match is the most specific.
-        self.routes.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        self.routes.sort_by_key(|r| std::cmp::Reverse(r.0.len()));
         self
     }
 
