@@ -1,0 +1,140 @@
+//! The example server behaves as `ratelimit-tower/README.md` says: started
+//! as a process, spoken to over loopback with raw HTTP/1.1.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start() -> Server {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
+        .args(["--addr", &addr])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the server binary");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the banner");
+    assert!(
+        line.starts_with(&format!("listening on http://{addr}")),
+        "{line}"
+    );
+    Server { child, addr }
+}
+
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn request(server: &Server, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut stream = TcpStream::connect(&server.addr).expect("connect");
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+        server.addr
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("Content-Length: 0\r\n\r\n");
+    stream.write_all(req.as_bytes()).expect("send");
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).expect("read");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a full response");
+    let mut lines = head.lines();
+    let status = lines.next().expect("status line")[9..12]
+        .parse()
+        .expect("status");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    Reply {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
+
+#[test]
+fn api_key_plan_missing_key_and_login() {
+    let server = start();
+    let key = [("x-api-key", "demo-key")];
+
+    let r = request(&server, "GET", "/api/hello", &key);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-ratelimit-limit"), Some("20"));
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("19"));
+    assert_eq!(r.header("ratelimit-policy"), Some("\"api\";q=20;w=12"));
+    assert_eq!(r.header("ratelimit"), Some("\"api\";r=19;t=1"));
+
+    // Burst 20; the bucket refills one token per 0.6 s of wall time, so
+    // within a few more requests the burst is spent.
+    let denied = (0..40)
+        .map(|_| request(&server, "GET", "/api/hello", &key))
+        .find(|r| r.status == 429)
+        .expect("a 429 after the burst");
+    assert_eq!(denied.header("retry-after"), Some("1"));
+    assert_eq!(denied.header("x-ratelimit-remaining"), Some("0"));
+    assert_eq!(
+        denied.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(
+        denied.body.contains("\"violated-policies\":[\"api\"]"),
+        "{}",
+        denied.body
+    );
+
+    let r = request(&server, "GET", "/api/hello", &[]);
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("ApiKey header=\"x-api-key\"")
+    );
+
+    for i in 0..5 {
+        let r = request(&server, "POST", "/login", &[]);
+        assert_eq!(r.status, 200, "login attempt {i}");
+    }
+    let r = request(&server, "POST", "/login", &[]);
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("ratelimit-policy"), Some("\"login\";q=5;w=900"));
+    let retry: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!((899..=900).contains(&retry), "Retry-After {retry}");
+
+    let r = request(&server, "GET", "/", &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.header("x-ratelimit-limit").is_none());
+}
