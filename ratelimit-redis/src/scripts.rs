@@ -32,7 +32,9 @@
 //! Every write sets the key's expiry to the model's derived TTL rounded up to
 //! whole milliseconds plus one (the server's expiry clock counts whole ms), so
 //! a key disappears only once its state equals a fresh key's. A denial writes
-//! nothing: the model's new state behaves exactly as the stored one.
+//! only when the model's new state differs from the stored one (a sliding
+//! window rolled into a new window, a bucket refilled): storing exactly the
+//! model's state keeps the two in step even when the clock later steps back.
 
 use std::sync::LazyLock;
 use std::time::Duration;

@@ -44,12 +44,14 @@ local width = tonumber(ARGV[5])
 local idx = floordiv(now, width)
 local e = now - idx * width
 local prev, curr = 0, 0
+local same_window = false
 local raw = redis.call('GET', key)
 if raw then
   local w, p, c = string.match(raw, '^(%d+):(%d+):(%d+)$')
   if w then
     w = tonumber(w)
     if w == idx then
+      same_window = true
       prev, curr = tonumber(p), tonumber(c)
     elseif w + 1 == idx then
       prev = tonumber(c)
@@ -85,11 +87,14 @@ elseif prev > 0 then
   reset = width - e
 end
 
-if allowed then
+-- A denial in the stored window changes nothing: skip the write. A denial
+-- that rolled the state into a new window must store the rolled state, or a
+-- clock that later steps back would see the old window's counts again.
+if allowed or not same_window then
   redis.call('SET', key, fmt(idx) .. ':' .. fmt(prev) .. ':' .. fmt(curr),
     'PX', fmt(expire_ms(reset, min_ms)))
+end
+if allowed then
   return {1, remaining, reset, -1}
 end
--- A denial leaves the stored state as it is: rolling it into the current
--- window gives a state that behaves identically, with the same expiry.
 return {0, remaining, reset, retry}

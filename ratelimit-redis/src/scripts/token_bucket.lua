@@ -40,11 +40,13 @@ local refill = tonumber(ARGV[5])
 local full = tonumber(ARGV[6])
 
 local level, updated = full, now
+local stored_level, stored_updated = nil, nil
 local raw = redis.call('GET', key)
 if raw then
   local l, u = string.match(raw, '^(%d+):(%d+)$')
   if l then
     l, u = tonumber(l), tonumber(u)
+    stored_level, stored_updated = l, u
     local elapsed = 0
     if now > u then elapsed = now - u end
     local capped = l
@@ -72,10 +74,13 @@ end
 local reset = (updated - now) + ceildiv(full - level, refill)
 local remaining = floordiv(level, unit)
 
-if allowed then
+-- A denial that changed nothing skips the write. One after a refill must
+-- store the refilled state (level and time): a clock that later steps back
+-- would otherwise refill from the older state and see fewer tokens.
+if allowed or level ~= stored_level or updated ~= stored_updated then
   redis.call('SET', key, fmt(level) .. ':' .. fmt(updated), 'PX', fmt(expire_ms(reset, min_ms)))
+end
+if allowed then
   return {1, remaining, reset, -1}
 end
--- A denial leaves the stored state as it is: refilling it to now gives a
--- state that behaves identically, with the same expiry.
 return {0, remaining, reset, retry}

@@ -1,0 +1,76 @@
+//! Model agreement at the edges the random suite rarely reaches: values near
+//! 2^53 (limit x window for the sliding window counter, a bucket's full level),
+//! awkward token-bucket units, costs up to the limit, calls in the same
+//! microsecond, and a clock that jumps back. Every decision must equal
+//! `ratelimit_core::model::decide`'s, field for field.
+
+mod common;
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use ratelimit_core::model;
+use ratelimit_core::{ManualClock, Quota, Rate, Store};
+use ratelimit_testkit::redis_server::{RedisServer, fresh_prefix};
+
+const T0: u64 = 1_800_000_000_000_000;
+
+fn quotas() -> Vec<Quota> {
+    vec![
+        // limit x window just below 2^53 - 1.
+        Quota::sliding_window(Rate::per_minute(150_000_000)).unwrap(),
+        Quota::sliding_window(Rate::new(3, Duration::from_micros(7))).unwrap(),
+        Quota::sliding_window(Rate::new(1_000_003, Duration::from_secs(8_999))).unwrap(),
+        Quota::fixed_window(Rate::new(1 << 40, Duration::from_secs(400 * 86_400))).unwrap(),
+        Quota::fixed_window(Rate::new(5, Duration::from_micros(13))).unwrap(),
+        Quota::sliding_log(Rate::new(1 << 45, Duration::from_secs(3_600))).unwrap(),
+        Quota::sliding_log(Rate::new(7, Duration::from_micros(1_000))).unwrap(),
+        // unit 1_000_003, refill 999_983: full = burst x unit close to 2^53.
+        Quota::token_bucket(
+            Rate::new(999_983, Duration::from_micros(1_000_003)),
+            9_007_000_000,
+        )
+        .unwrap(),
+        Quota::token_bucket(Rate::new(3, Duration::from_secs(7)), 11).unwrap(),
+        Quota::token_bucket(Rate::new(1_000_000, Duration::from_micros(1)), 8_000_000).unwrap(),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scripts_agree_with_the_model_at_the_edges() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = common::redis_rs_store(&server.url(), &fresh_prefix())
+        .await
+        .with_clock(clock.clone());
+    let mut rng = StdRng::seed_from_u64(0x2026_0053);
+    for (qi, quota) in quotas().iter().enumerate() {
+        let width = u64::try_from(quota.window().as_micros()).unwrap();
+        let mut state = None;
+        let mut now = T0 + rng.random_range(0..width.min(1 << 40));
+        let caller = format!("edge-{qi}");
+        for i in 0..400 {
+            now = match rng.random_range(0..10) {
+                0 => now,                                                     // same µs
+                1 => now.saturating_sub(rng.random_range(0..=width / 2 + 1)), // clock back
+                2 => now + width + rng.random_range(0..=width), // a window or more later
+                3 => now + 1,
+                _ => now + rng.random_range(0..=width / 3 + 1),
+            };
+            let cost = match rng.random_range(0..4) {
+                0 => quota.limit(),
+                1 => 1,
+                _ => rng.random_range(1..=quota.limit()),
+            };
+            clock.set(now);
+            let want = model::decide(quota, state.take(), now, cost).unwrap();
+            let got = store.decide(caller.as_bytes(), quota, cost).await.unwrap();
+            assert_eq!(
+                got, want.decision,
+                "quota #{qi} {quota:?}, call #{i} at {now} cost {cost}"
+            );
+            state = Some(want.state);
+        }
+    }
+}
