@@ -228,7 +228,6 @@ impl MissingKey {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
