@@ -180,9 +180,9 @@ where
                 };
                 let headers = limiter.headers_for(&decision, &quota);
                 if !decision.allowed {
+                    // The key is not logged: it may be an API key.
                     tracing::debug!(
                         policy = quota.name(),
-                        key = %key,
                         source = ?decision.source,
                         "rate limit: request denied"
                     );
