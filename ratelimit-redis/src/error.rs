@@ -29,6 +29,15 @@ pub fn is_transient_reply(message: &str) -> bool {
     TRANSIENT_CODES.contains(&code)
 }
 
+/// Whether `message` looks like a server error reply: it starts with an
+/// upper-case error code (`ERR`, `WRONGTYPE`, `LOADING`) and a space.
+pub fn is_server_reply(message: &str) -> bool {
+    let code = message.split(' ').next().unwrap_or("");
+    message.len() > code.len()
+        && !code.is_empty()
+        && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+}
+
 /// Classifies a redis-rs error.
 pub fn from_redis(err: redis::RedisError) -> StoreError {
     let transient = err.is_io_error()
@@ -53,7 +62,18 @@ pub fn from_fred(err: fred::error::Error) -> StoreError {
         | ErrorKind::Cluster
         | ErrorKind::Routing
         | ErrorKind::Backpressure => true,
-        _ => is_transient_reply(err.details()),
+        // fred reports server replies (`ERR ...`, `LOADING ...`) and some of
+        // its own connection states ("Failed to route command.") as
+        // `Unknown`: a reply is classified by its code, anything else is a
+        // connection problem, and transient.
+        ErrorKind::Unknown => {
+            if is_server_reply(err.details()) {
+                is_transient_reply(err.details())
+            } else {
+                true
+            }
+        }
+        _ => false,
     };
     StoreError::backend(format!("redis (fred): {err}"), transient, err)
 }
@@ -76,5 +96,9 @@ mod tests {
         assert!(!is_transient_reply("WRONGTYPE Operation against a key"));
         assert!(!is_transient_reply("ERR Error running script"));
         assert!(!is_transient_reply(""));
+        assert!(is_server_reply("ERR Error running script"));
+        assert!(is_server_reply("LOADING Redis is loading"));
+        assert!(!is_server_reply("Failed to route command."));
+        assert!(!is_server_reply("ERR"));
     }
 }

@@ -221,3 +221,43 @@ async fn fred_script_flush_never_reaches_the_caller() {
     let s = common::fred_store(&server.url(), server.prefix()).await;
     flush_mid_run(&server, &s).await;
 }
+
+async fn wrong_type_is_not_transient(server: &RedisServer, store: &RedisStore) {
+    let q = Quota::sliding_log(Rate::per_second(10)).unwrap();
+    let fw = Quota::fixed_window(Rate::per_second(10)).unwrap();
+    let mut conn = server.connection();
+    // Someone else wrote these keys with other types.
+    let _: () = redis::cmd("SET")
+        .arg(store.key(b"squatted", &q))
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(store.key(b"squatted", &fw))
+        .arg("f")
+        .arg("v")
+        .query(&mut conn)
+        .unwrap();
+    for quota in [&q, &fw] {
+        let e = store
+            .decide(b"squatted", quota, 1)
+            .await
+            .expect_err("WRONGTYPE");
+        assert!(!e.is_transient(), "WRONGTYPE is not transient: {e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_rs_wrong_type_is_not_transient() {
+    let server = RedisServer::start();
+    let s = common::redis_rs_store(&server.url(), server.prefix()).await;
+    wrong_type_is_not_transient(&server, &s).await;
+}
+
+#[cfg(feature = "fred")]
+#[tokio::test(flavor = "multi_thread")]
+async fn fred_wrong_type_is_not_transient() {
+    let server = RedisServer::start();
+    let s = common::fred_store(&server.url(), server.prefix()).await;
+    wrong_type_is_not_transient(&server, &s).await;
+}
