@@ -49,9 +49,21 @@ async fn eventually(bound: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn paused_server_decisions_follow_the_failure_policy_within_the_timeout() {
+async fn redis_rs_paused_server_decisions_follow_the_policy_within_the_timeout() {
     let server = RedisServer::start_local();
     let s = store(&server).await;
+    paused(&server, s).await;
+}
+
+#[cfg(feature = "fred")]
+#[tokio::test(flavor = "multi_thread")]
+async fn fred_paused_server_decisions_follow_the_policy_within_the_timeout() {
+    let server = RedisServer::start_local();
+    let s = fred_fast(&server).await;
+    paused(&server, s).await;
+}
+
+async fn paused(server: &RedisServer, s: RedisStore) {
     let open = limiter(s.clone(), FailurePolicy::FailOpen);
     let closed = limiter(s, FailurePolicy::FailClosed);
     assert_eq!(open.check("warm").await.source, Source::Store);
