@@ -105,21 +105,11 @@ impl RateLimitHeaders {
             // Names are static ASCII and values are digits, quotes and
             // policy names restricted to A-Z a-z 0-9 _ - . by `Quota::named`.
             if let Ok(value) = http::HeaderValue::from_str(v) {
-                map.insert(http::HeaderName::from_static(lower(k)), value);
+                if let Ok(name) = http::HeaderName::from_bytes(k.as_bytes()) {
+                    map.insert(name, value);
+                }
             }
         }
-    }
-}
-
-#[cfg(feature = "http")]
-fn lower(name: &'static str) -> &'static str {
-    match name {
-        "Retry-After" => "retry-after",
-        "X-RateLimit-Limit" => "x-ratelimit-limit",
-        "X-RateLimit-Remaining" => "x-ratelimit-remaining",
-        "X-RateLimit-Reset" => "x-ratelimit-reset",
-        "RateLimit-Policy" => "ratelimit-policy",
-        _ => "ratelimit",
     }
 }
 

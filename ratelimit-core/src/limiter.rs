@@ -123,6 +123,7 @@ struct Inner {
     timer: Arc<dyn Timer>,
     clock: Arc<dyn Clock>,
     counters: Counters,
+    last_warning: AtomicU64,
 }
 
 impl fmt::Debug for Limiter {
@@ -146,7 +147,7 @@ pub struct LimiterBuilder {
     policy: FailurePolicy,
     timeout: Duration,
     timer: Option<Arc<dyn Timer>>,
-    clock: Arc<dyn Clock>,
+    clock: Option<Arc<dyn Clock>>,
 }
 
 impl LimiterBuilder {
@@ -193,10 +194,11 @@ impl LimiterBuilder {
         self
     }
 
-    /// The clock used for `X-RateLimit-Reset` (default [`SystemClock`]).
-    /// Give the store's clock when the store uses an injected one.
+    /// The clock used for `X-RateLimit-Reset`. Default: the store's clock
+    /// when it exposes one ([`Store::clock`]: the local store, or a store
+    /// built on an injected clock), else [`SystemClock`].
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.clock = Arc::new(clock);
+        self.clock = Some(Arc::new(clock));
         self
     }
 
@@ -209,6 +211,10 @@ impl LimiterBuilder {
         let timer = self.timer.unwrap_or_else(|| Arc::new(TokioTimer));
         #[cfg(not(feature = "tokio"))]
         let timer = self.timer.ok_or(ConfigError::NoTimer)?;
+        let clock = self
+            .clock
+            .or_else(|| self.store.clock())
+            .unwrap_or_else(|| Arc::new(SystemClock));
         Ok(Limiter {
             inner: Arc::new(Inner {
                 store: self.store,
@@ -217,8 +223,9 @@ impl LimiterBuilder {
                 policy: self.policy,
                 timeout: self.timeout,
                 timer,
-                clock: self.clock,
+                clock,
                 counters: Counters::default(),
+                last_warning: AtomicU64::new(0),
             }),
         })
     }
@@ -239,7 +246,7 @@ impl Limiter {
             policy: FailurePolicy::FailOpen,
             timeout: DEFAULT_TIMEOUT,
             timer: None,
-            clock: Arc::new(SystemClock),
+            clock: None,
         }
     }
 
@@ -337,14 +344,30 @@ impl Limiter {
         } else {
             &inner.counters.fail_closed
         });
-        tracing::warn!(
-            namespace = %inner.namespace,
-            policy = quota.name(),
-            error = %error,
-            transient = error.is_transient(),
-            fail_open = open,
-            "rate-limit store failed; deciding by failure policy"
-        );
+        // At most one warning per second per limiter: an outage at API
+        // traffic rates must not flood the logs. The counters see every one.
+        let now = inner.clock.now();
+        let last = inner.last_warning.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= 1_000_000
+            && inner
+                .last_warning
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let stats = self.stats();
+            tracing::warn!(
+                namespace = %inner.namespace,
+                policy = quota.name(),
+                error = %error,
+                transient = error.is_transient(),
+                fail_open = open,
+                errors = stats.errors,
+                timeouts = stats.timeouts,
+                "rate-limit store failed; deciding by failure policy (logged at most once a second)"
+            );
+        } else {
+            tracing::debug!(namespace = %inner.namespace, policy = quota.name(), error = %error, "rate-limit store failed");
+        }
         Decision::from_policy(open, quota.limit())
     }
 

@@ -1,6 +1,10 @@
 //! The store trait: one call per decision.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
+
+use crate::clock::Clock;
 
 use crate::decision::Decision;
 use crate::error::Result;
@@ -27,12 +31,25 @@ use crate::quota::Quota;
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Makes one decision. See the trait's contract.
     async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision>;
+
+    /// The clock the store decides by, when it is one the application can
+    /// read (an in-process clock or an injected one). `None` (the default)
+    /// means the store's own clock, such as Redis `TIME`.
+    ///
+    /// The [`crate::Limiter`] uses it for `X-RateLimit-Reset` unless given a
+    /// clock explicitly, so a store on a `ManualClock` gives consistent headers.
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        None
+    }
 }
 
 #[async_trait]
-impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+impl<S: Store + ?Sized> Store for Arc<S> {
     async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
         (**self).decide(key, quota, cost).await
+    }
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        (**self).clock()
     }
 }
 
@@ -40,5 +57,8 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 impl<S: Store + ?Sized> Store for Box<S> {
     async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
         (**self).decide(key, quota, cost).await
+    }
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        (**self).clock()
     }
 }
