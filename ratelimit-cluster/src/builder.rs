@@ -1,0 +1,176 @@
+//! [`ClusterStoreBuilder`]: a [`ClusterStore`] over redis-rs' `cluster-async`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratelimit_core::{Clock, StoreError};
+use ratelimit_redis::{error, keys};
+use redis::cluster::ClusterClientBuilder;
+
+use crate::connection::Backend;
+use crate::store::ClusterStore;
+
+/// Default time to wait for each reply from a node: 30 ms (as the
+/// single-node store).
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = ratelimit_redis::DEFAULT_RESPONSE_TIMEOUT;
+/// Default time to wait for each connection attempt to a node: 50 ms.
+pub const DEFAULT_CONNECTION_TIMEOUT: Duration = ratelimit_redis::DEFAULT_CONNECTION_TIMEOUT;
+
+/// Builds a [`ClusterStore`] over redis-rs. See [`ClusterStore::builder`].
+///
+/// ```no_run
+/// # async fn example() -> Result<(), ratelimit_core::StoreError> {
+/// use std::time::Duration;
+/// use ratelimit_cluster::ClusterStore;
+///
+/// let store = ClusterStore::builder(["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/"])
+///     .prefix("myapp:rl")
+///     .response_timeout(Duration::from_millis(20))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct ClusterStoreBuilder {
+    urls: Vec<String>,
+    prefix: String,
+    clock: Option<Arc<dyn Clock>>,
+    response_timeout: Duration,
+    connection_timeout: Duration,
+    timeout: Option<Duration>,
+    load_scripts: bool,
+}
+
+impl fmt::Debug for ClusterStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // URLs may hold a password: leave them out.
+        f.debug_struct("ClusterStoreBuilder")
+            .field("nodes", &self.urls.len())
+            .field("prefix", &self.prefix)
+            .field("clock", &self.clock)
+            .field("response_timeout", &self.response_timeout)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("timeout", &self.timeout)
+            .field("load_scripts", &self.load_scripts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterStore {
+    /// Connects to the cluster through any of the seed `urls`
+    /// (`redis://host:port/`) with the defaults: prefix `rl`, the server's
+    /// clock, [`DEFAULT_RESPONSE_TIMEOUT`], [`DEFAULT_CONNECTION_TIMEOUT`].
+    pub async fn connect<I, S>(urls: I) -> Result<Self, StoreError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::builder(urls).build().await
+    }
+
+    /// Starts building a store for the cluster reachable through any of the
+    /// seed `urls`.
+    pub fn builder<I, S>(urls: I) -> ClusterStoreBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ClusterStoreBuilder {
+            urls: urls.into_iter().map(Into::into).collect(),
+            prefix: keys::DEFAULT_PREFIX.to_owned(),
+            clock: None,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
+            timeout: None,
+            load_scripts: true,
+        }
+    }
+}
+
+impl ClusterStoreBuilder {
+    /// The key prefix (default `rl`): 1 to 64 characters of
+    /// `A-Z a-z 0-9 _ - . :`. Checked by [`ClusterStoreBuilder::build`].
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        prefix.clone_into(&mut self.prefix);
+        self
+    }
+
+    /// Takes "now" from `clock` instead of the server's `TIME`: for tests and
+    /// replays only.
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// How long to wait for each reply from a node (default
+    /// [`DEFAULT_RESPONSE_TIMEOUT`]). redis-rs waits forever unless told.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for each connection attempt to a node (default
+    /// [`DEFAULT_CONNECTION_TIMEOUT`]).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// The bound on one whole decision, redirects and retries included
+    /// (default: the larger of [`crate::DEFAULT_CALL_TIMEOUT`] and one
+    /// connection timeout plus four response timeouts).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Whether [`ClusterStoreBuilder::build`] loads the scripts on every
+    /// master (default true; see [`ClusterStore::load_scripts`]).
+    pub fn load_scripts(mut self, load: bool) -> Self {
+        self.load_scripts = load;
+        self
+    }
+
+    /// Connects and builds the store.
+    ///
+    /// The redis-rs client is built with its own retries off (the store
+    /// retries only what cannot count a request twice: see
+    /// [`crate::retry`]), and with the response and connection timeouts set.
+    /// Fails on an invalid prefix or URL, or when no seed node can be
+    /// reached now; once built, the store reconnects and follows topology
+    /// changes by itself.
+    pub async fn build(self) -> Result<ClusterStore, StoreError> {
+        keys::check_prefix(&self.prefix).map_err(|m| StoreError::message(m, false))?;
+        if self.urls.is_empty() {
+            return Err(StoreError::message(
+                "a cluster store needs at least one seed node URL",
+                false,
+            ));
+        }
+        let client = ClusterClientBuilder::new(self.urls.clone())
+            .retries(0)
+            .response_timeout(self.response_timeout)
+            .overall_response_timeout(Some(self.response_timeout))
+            .connection_timeout(self.connection_timeout)
+            .build()
+            .map_err(error::from_redis)?;
+        let connection = client
+            .get_async_connection()
+            .await
+            .map_err(error::from_redis)?;
+        let timeout = self.timeout.unwrap_or_else(|| {
+            (self.connection_timeout + 4 * self.response_timeout).max(crate::DEFAULT_CALL_TIMEOUT)
+        });
+        let store = ClusterStore {
+            backend: Backend::Redis(connection),
+            prefix: Arc::from(self.prefix),
+            clock: self.clock,
+            timeout,
+            counters: Arc::default(),
+        };
+        if self.load_scripts {
+            store.load_scripts().await?;
+        }
+        Ok(store)
+    }
+}

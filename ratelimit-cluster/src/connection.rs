@@ -1,0 +1,163 @@
+//! How the store reaches the cluster: redis-rs' cluster connection, or a
+//! clustered fred client. Scripts, keys and decoding are shared; only the
+//! call and its routing differ.
+
+use ratelimit_redis::error;
+use ratelimit_redis::scripts::Script;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::SingleNodeRoutingInfo;
+use redis::{Cmd, FromRedisValue, Value};
+
+use crate::retry::{self, Addr, Failure, Next, Route};
+
+/// A cluster client.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    /// redis-rs `cluster-async`.
+    Redis(ClusterConnection),
+    /// fred, clustered.
+    #[cfg(feature = "fred")]
+    Fred(fred::clients::Client),
+}
+
+impl Backend {
+    /// One attempt: `EVALSHA` (or `EVAL` with the source when `source`) of
+    /// `script` on `key`, sent where `route` says.
+    pub(crate) async fn eval(
+        &self,
+        script: &Script,
+        key: &str,
+        args: &[String],
+        route: &Route,
+        source: bool,
+    ) -> Result<Vec<i64>, Failure> {
+        match self {
+            Self::Redis(conn) => redis_eval(conn.clone(), script, key, args, route, source).await,
+            #[cfg(feature = "fred")]
+            Self::Fred(client) => crate::fred::eval(client, script, key, args, route, source).await,
+        }
+    }
+
+    /// `SCRIPT LOAD` of every script on every master.
+    pub(crate) async fn load_scripts(&self) -> Result<(), ratelimit_core::StoreError> {
+        match self {
+            Self::Redis(conn) => {
+                use redis::cluster_routing::{
+                    MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo,
+                };
+                let mut conn = conn.clone();
+                for script in ratelimit_redis::scripts::all() {
+                    let mut cmd = redis::cmd("SCRIPT");
+                    cmd.arg("LOAD").arg(script.lua());
+                    conn.route_command(
+                        cmd,
+                        RoutingInfo::MultiNode((
+                            MultipleNodeRoutingInfo::AllMasters,
+                            Some(ResponsePolicy::AllSucceeded),
+                        )),
+                    )
+                    .await
+                    .map_err(error::from_redis)?;
+                }
+                Ok(())
+            }
+            #[cfg(feature = "fred")]
+            Self::Fred(client) => crate::fred::load_scripts(client).await,
+        }
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Redis(_) => "redis-rs",
+            #[cfg(feature = "fred")]
+            Self::Fred(_) => "fred",
+        }
+    }
+}
+
+fn script_cmd(script: &Script, key: &str, args: &[String], source: bool) -> Cmd {
+    let mut cmd = if source {
+        let mut c = redis::cmd("EVAL");
+        c.arg(script.lua());
+        c
+    } else {
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(script.sha1());
+        c
+    };
+    cmd.arg(1).arg(key).arg(args);
+    cmd
+}
+
+fn by_address(addr: &Addr) -> SingleNodeRoutingInfo {
+    SingleNodeRoutingInfo::ByAddress {
+        host: addr.host.clone(),
+        port: addr.port,
+    }
+}
+
+fn failure(err: redis::RedisError) -> Failure {
+    let next = retry::classify_redis(&err);
+    Failure {
+        error: error::from_redis(err),
+        next,
+    }
+}
+
+fn decode_value(value: Value) -> Result<Vec<i64>, Failure> {
+    let value = value.extract_error().map_err(failure)?;
+    Vec::<i64>::from_redis_value(value).map_err(|e| Failure {
+        error: ratelimit_core::StoreError::message(
+            format!("unexpected rate-limit script reply: {e}"),
+            false,
+        ),
+        next: Next::Fail,
+    })
+}
+
+async fn redis_eval(
+    mut conn: ClusterConnection,
+    script: &Script,
+    key: &str,
+    args: &[String],
+    route: &Route,
+    source: bool,
+) -> Result<Vec<i64>, Failure> {
+    use redis::cluster_routing::RoutingInfo;
+    let cmd = script_cmd(script, key, args, source);
+    match route {
+        // Routed by the key (EVAL/EVALSHA name it after numkeys) to its
+        // slot's master.
+        Route::Key => cmd
+            .query_async::<Vec<i64>>(&mut conn)
+            .await
+            .map_err(failure),
+        Route::Moved(addr) => {
+            let value = conn
+                .route_command(cmd, RoutingInfo::SingleNode(by_address(addr)))
+                .await
+                .map_err(failure)?;
+            decode_value(value)
+        }
+        Route::Ask(addr) => {
+            // ASKING applies to the next command on the same connection: a
+            // pipeline writes both at once, so nothing else can come between.
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").add_command(cmd);
+            let mut values = conn
+                .route_pipeline(pipe, 1, 1, by_address(addr))
+                .await
+                .map_err(failure)?;
+            match values.pop() {
+                Some(value) => decode_value(value),
+                None => Err(Failure {
+                    error: ratelimit_core::StoreError::message(
+                        "empty reply to ASKING + script",
+                        true,
+                    ),
+                    next: Next::Fail,
+                }),
+            }
+        }
+    }
+}

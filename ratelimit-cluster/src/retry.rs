@@ -1,0 +1,203 @@
+//! Which failures are retried, and how: the double-counting rule.
+//!
+//! A decision is one script run, and a script run is not idempotent: it
+//! counts the request. Re-sending a script whose first run may have
+//! happened (the request was written, then the reply was lost to a timeout,
+//! a reset connection or a killed node) can count one request twice. So the
+//! store re-sends a script **only when the error proves it did not run**:
+//!
+//! | error | proves it did not run because | what the store does |
+//! |---|---|---|
+//! | `MOVED <slot> <addr>` | the node does not serve the slot and executed nothing | sends it to `<addr>` |
+//! | `ASK <slot> <addr>` | the key is being migrated away; nothing ran | sends `ASKING` + the script to `<addr>` |
+//! | `NOSCRIPT` | the node does not have the script (new master, restart) | sends `EVAL` with the source (which caches it) |
+//! | `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `BUSY` | refused before execution | waits a little and retries |
+//! | `READONLY` | a demoted master refused the first write; our scripts write nothing before it | waits and retries |
+//! | connection refused, no connection to the node | nothing was sent | waits and retries |
+//!
+//! Everything else is returned as an error: timeouts, dropped connections
+//! and I/O errors after the request was sent (transient; the limiter's
+//! failure policy decides this one call), script and type errors (not
+//! transient). Retries stop at the store's timeout and after
+//! [`MAX_ATTEMPTS`] attempts, whichever comes first.
+//!
+//! The client libraries' own retry loops cannot tell these cases apart
+//! (redis-rs re-sends after a timeout or a dropped connection; fred after a
+//! connection closes with the command in flight), so the store turns them
+//! off where it builds the client itself and asks for the same when you
+//! bring your own (see the crate docs).
+
+use std::time::Duration;
+
+use ratelimit_core::StoreError;
+
+/// The most attempts one decision makes (redirects and retries included).
+pub const MAX_ATTEMPTS: u32 = 16;
+
+/// A node address from a redirect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Addr {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+}
+
+/// Where the next attempt goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// To the master of the key's slot, as the client's slot map says.
+    Key,
+    /// To the node a `MOVED` named.
+    Moved(Addr),
+    /// To the node an `ASK` named, preceded by `ASKING`.
+    Ask(Addr),
+}
+
+/// What a failed attempt means for the next one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// The script may have run, or cannot run: return the error.
+    Fail,
+    /// Follow a `MOVED`.
+    Moved(Addr),
+    /// Follow an `ASK`.
+    Ask(Addr),
+    /// Send the source with `EVAL`, same route.
+    NoScript,
+    /// Wait, then retry through the slot map.
+    Backoff,
+    /// The route named a node the client has no connection to: retry
+    /// through the slot map at once.
+    Reroute,
+}
+
+/// A failed attempt: the error, and what it allows next.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) error: StoreError,
+    pub(crate) next: Next,
+}
+
+/// Codes after which the command was refused before running.
+const BACKOFF_CODES: &[&str] = &[
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "MASTERDOWN",
+    "LOADING",
+    "BUSY",
+    "READONLY",
+];
+
+fn parse_addr(addr: &str) -> Option<Addr> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some(Addr {
+        host: host.to_owned(),
+        port: port.parse().ok()?,
+    })
+}
+
+/// Classifies a server error reply by its text (`MOVED 3999 127.0.0.1:6381`),
+/// or `None` when it is not one the store retries.
+pub(crate) fn classify_reply(message: &str) -> Option<Next> {
+    let mut words = message.split_ascii_whitespace();
+    let code = words.next()?;
+    match code {
+        "MOVED" | "ASK" => {
+            let _slot = words.next()?;
+            let addr = parse_addr(words.next()?)?;
+            Some(if code == "MOVED" {
+                Next::Moved(addr)
+            } else {
+                Next::Ask(addr)
+            })
+        }
+        "NOSCRIPT" => Some(Next::NoScript),
+        c if BACKOFF_CODES.contains(&c) => Some(Next::Backoff),
+        _ => None,
+    }
+}
+
+/// Classifies a redis-rs error.
+pub(crate) fn classify_redis(err: &redis::RedisError) -> Next {
+    if let (Some(code), Some(detail)) = (err.code(), err.detail()) {
+        if let Some(next) = classify_reply(&format!("{code} {detail}")) {
+            return next;
+        }
+    }
+    if let Some(next) = err.code().and_then(classify_reply) {
+        return next;
+    }
+    if err.is_connection_refusal()
+        || matches!(err.kind(), redis::ErrorKind::ClusterConnectionNotFound)
+    {
+        return Next::Backoff;
+    }
+    if matches!(err.kind(), redis::ErrorKind::Client)
+        && err.to_string().contains("connection not found")
+    {
+        return Next::Reroute;
+    }
+    Next::Fail
+}
+
+/// How long to wait before retry `attempt` (1-based) after a backoff error:
+/// 5 ms doubling to at most 80 ms.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(5u64 << attempt.saturating_sub(1).min(4))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies() {
+        let a = Addr {
+            host: "127.0.0.1".into(),
+            port: 6381,
+        };
+        assert_eq!(
+            classify_reply("MOVED 3999 127.0.0.1:6381"),
+            Some(Next::Moved(a.clone()))
+        );
+        assert_eq!(
+            classify_reply("ASK 3999 127.0.0.1:6381"),
+            Some(Next::Ask(a))
+        );
+        assert_eq!(
+            classify_reply("NOSCRIPT No matching script. Please use EVAL."),
+            Some(Next::NoScript)
+        );
+        assert_eq!(
+            classify_reply("TRYAGAIN Multiple keys request during rehashing of slot"),
+            Some(Next::Backoff)
+        );
+        assert_eq!(
+            classify_reply("CLUSTERDOWN The cluster is down"),
+            Some(Next::Backoff)
+        );
+        assert_eq!(classify_reply("ERR Error running script"), None);
+        assert_eq!(classify_reply("WRONGTYPE Operation"), None);
+        assert_eq!(classify_reply("MOVED"), None);
+        assert_eq!(classify_reply(""), None);
+    }
+
+    #[test]
+    fn redis_errors() {
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(classify_redis(&refused), Next::Backoff);
+        let timeout = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert_eq!(classify_redis(&timeout), Next::Fail);
+        let reset =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(classify_redis(&reset), Next::Fail);
+    }
+
+    #[test]
+    fn backoff_is_bounded() {
+        assert_eq!(backoff(1), Duration::from_millis(5));
+        assert_eq!(backoff(2), Duration::from_millis(10));
+        assert_eq!(backoff(100), Duration::from_millis(80));
+    }
+}

@@ -1,0 +1,136 @@
+//! Shared by the integration tests: store factories over a real cluster.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratelimit_cluster::ClusterStore;
+use ratelimit_core::{ManualClock, Store};
+use ratelimit_testkit::StoreFactory;
+use ratelimit_testkit::redis_cluster::RedisCluster;
+use ratelimit_testkit::redis_server::fresh_prefix;
+use tokio::sync::Mutex;
+
+/// Generous bounds for the conformance runs: the machine may be loaded, and
+/// a timeout there would be a test failure, not a fault being tested.
+pub const SLOW: Duration = Duration::from_secs(5);
+
+/// A redis-rs store with the given per-reply and per-call bounds.
+pub async fn redis_rs_store(
+    cluster: &RedisCluster,
+    prefix: &str,
+    response: Duration,
+    call: Duration,
+) -> ClusterStore {
+    ClusterStore::builder(cluster.urls())
+        .prefix(prefix)
+        .response_timeout(response)
+        .connection_timeout(response.min(Duration::from_secs(1)))
+        .timeout(call)
+        .build()
+        .await
+        .expect("connect to the test cluster")
+}
+
+/// A fred store with the given per-command and per-call bounds; fred never
+/// re-sends a command in flight (`max_command_attempts = 1`).
+#[cfg(feature = "fred")]
+pub async fn fred_store(
+    cluster: &RedisCluster,
+    prefix: &str,
+    response: Duration,
+    call: Duration,
+) -> ClusterStore {
+    use ratelimit_cluster::fred_client::prelude::*;
+    let config = Config {
+        server: ServerConfig::new_clustered(cluster.addrs()),
+        ..Config::default()
+    };
+    let client = Builder::from_config(config)
+        .with_performance_config(|p| p.default_command_timeout = response)
+        .with_connection_config(|c| {
+            c.connection_timeout = response.min(Duration::from_secs(1));
+            c.internal_command_timeout = Duration::from_secs(1);
+            c.max_command_attempts = 1;
+        })
+        .set_policy(ReconnectPolicy::new_constant(0, 50))
+        .build()
+        .expect("fred client");
+    client.init().await.expect("fred connects to the cluster");
+    let store = ClusterStore::from_fred(client)
+        .with_prefix(prefix)
+        .expect("valid prefix")
+        .with_timeout(call);
+    store
+        .load_scripts()
+        .await
+        .expect("SCRIPT LOAD on every master");
+    store
+}
+
+/// Which client library a factory uses.
+#[derive(Debug, Clone, Copy)]
+pub enum Lib {
+    /// redis-rs `cluster-async`.
+    RedisRs,
+    /// fred.
+    #[cfg(feature = "fred")]
+    Fred,
+}
+
+/// Builds a store with `lib`.
+pub async fn store(
+    lib: Lib,
+    cluster: &RedisCluster,
+    prefix: &str,
+    response: Duration,
+    call: Duration,
+) -> ClusterStore {
+    match lib {
+        Lib::RedisRs => redis_rs_store(cluster, prefix, response, call).await,
+        #[cfg(feature = "fred")]
+        Lib::Fred => fred_store(cluster, prefix, response, call).await,
+    }
+}
+
+/// Hands out stores on separate cluster connections, one client per
+/// instance kept across calls (so hundreds of proptest cases do not open
+/// thousands of connections); every call gets a fresh random key prefix.
+pub struct Factory {
+    pub cluster: Arc<RedisCluster>,
+    lib: Lib,
+    base: Mutex<Vec<ClusterStore>>,
+}
+
+impl Factory {
+    pub fn new(lib: Lib, cluster: Arc<RedisCluster>) -> Self {
+        Self {
+            cluster,
+            lib,
+            base: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl StoreFactory for Factory {
+    async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>> {
+        let mut base = self.base.lock().await;
+        while base.len() < n {
+            base.push(store(self.lib, &self.cluster, "rl", SLOW, 2 * SLOW).await);
+        }
+        let prefix = fresh_prefix();
+        base[..n]
+            .iter()
+            .map(|s| {
+                let s = s.clone().with_prefix(&prefix).expect("valid prefix");
+                let s = match &clock {
+                    Some(c) => s.with_clock(c.clone()),
+                    None => s,
+                };
+                Arc::new(s) as Arc<dyn Store>
+            })
+            .collect()
+    }
+}

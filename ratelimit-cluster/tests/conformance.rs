@@ -1,0 +1,29 @@
+//! The shared conformance suite (contracts 1-9) against a real 6-node Redis
+//! Cluster, once per client library, both on one cluster.
+
+mod common;
+
+use common::{Factory, Lib};
+use ratelimit_testkit::redis_cluster::RedisCluster;
+use ratelimit_testkit::{SuiteConfig, run_all};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_rs_cluster_store_meets_every_contract() {
+    let factory = Factory::new(Lib::RedisRs, RedisCluster::shared());
+    let t = std::time::Instant::now();
+    if let Err(v) = run_all(&factory, &SuiteConfig::default()).await {
+        panic!("{v}");
+    }
+    println!("redis-rs conformance on the cluster: {:?}", t.elapsed());
+}
+
+#[cfg(feature = "fred")]
+#[tokio::test(flavor = "multi_thread")]
+async fn fred_cluster_store_meets_every_contract() {
+    let factory = Factory::new(Lib::Fred, RedisCluster::shared());
+    let t = std::time::Instant::now();
+    if let Err(v) = run_all(&factory, &SuiteConfig::default()).await {
+        panic!("{v}");
+    }
+    println!("fred conformance on the cluster: {:?}", t.elapsed());
+}
