@@ -108,18 +108,50 @@ impl DashMapStore {
     }
 }
 
-fn map_key(key: &[u8], quota: &Quota) -> Box<[u8]> {
-    // Policy names are ASCII without 0xFF, so `name 0xFF code 0xFF key` is
-    // unambiguous for every key.
-    let name = quota.name().as_bytes();
-    let code = quota.kind().code().as_bytes();
-    let mut k = Vec::with_capacity(name.len() + code.len() + 2 + key.len());
-    k.extend_from_slice(name);
-    k.push(0xFF);
-    k.extend_from_slice(code);
-    k.push(0xFF);
-    k.extend_from_slice(key);
-    k.into_boxed_slice()
+/// Map keys up to this many bytes are built on the stack, so a call for a
+/// caller that already has state allocates nothing.
+const INLINE_KEY: usize = 128;
+
+/// Calls `f` with the map key of `(quota name, algorithm, key)`.
+///
+/// Policy names are ASCII without 0xFF, so `name 0xFF code 0xFF key` is
+/// unambiguous for every key.
+fn with_map_key<R>(key: &[u8], quota: &Quota, f: impl FnOnce(&[u8]) -> R) -> R {
+    let parts: [&[u8]; 5] = [
+        quota.name().as_bytes(),
+        &[0xFF],
+        quota.kind().code().as_bytes(),
+        &[0xFF],
+        key,
+    ];
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len <= INLINE_KEY {
+        let mut buf = [0u8; INLINE_KEY];
+        let mut at = 0;
+        for p in parts {
+            buf[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        f(&buf[..len])
+    } else {
+        f(&parts.concat())
+    }
+}
+
+/// One model step on an existing entry, in place.
+fn step_entry(e: &mut Entry, quota: &Quota, now: Micros, cost: u64) -> Result<Decision> {
+    let prior = if e.expires_at > now {
+        Some(std::mem::replace(
+            &mut e.state,
+            State::FixedWindow(Default::default()),
+        ))
+    } else {
+        None
+    };
+    let step = model::decide(quota, prior, now, cost)?;
+    e.state = step.state;
+    e.expires_at = now.saturating_add(step.ttl);
+    Ok(step.decision)
 }
 
 #[async_trait]
@@ -128,33 +160,25 @@ impl Store for DashMapStore {
         quota.check_cost(cost)?;
         let now = self.clock.now();
         self.maybe_sweep(now);
-        let k = map_key(key, quota);
-        let step = match self.map.entry(k) {
-            dashmap::Entry::Occupied(mut o) => {
-                let e = o.get_mut();
-                let prior = if e.expires_at > now {
-                    Some(std::mem::replace(
-                        &mut e.state,
-                        State::FixedWindow(Default::default()),
-                    ))
-                } else {
-                    None
-                };
-                let step = model::decide(quota, prior, now, cost)?;
-                e.state = step.state;
-                e.expires_at = now.saturating_add(step.ttl);
-                step.decision
+        with_map_key(key, quota, |k| {
+            // Fast path: the caller has state; look it up by the borrowed key.
+            if let Some(mut e) = self.map.get_mut(k) {
+                return step_entry(e.value_mut(), quota, now, cost);
             }
-            dashmap::Entry::Vacant(v) => {
-                let step = model::decide(quota, None, now, cost)?;
-                v.insert(Entry {
-                    state: step.state,
-                    expires_at: now.saturating_add(step.ttl),
-                });
-                step.decision
+            // A new caller: the entry API re-checks under the shard lock, as
+            // another call may have inserted the key in the meantime.
+            match self.map.entry(Box::from(k)) {
+                dashmap::Entry::Occupied(mut o) => step_entry(o.get_mut(), quota, now, cost),
+                dashmap::Entry::Vacant(v) => {
+                    let step = model::decide(quota, None, now, cost)?;
+                    v.insert(Entry {
+                        state: step.state,
+                        expires_at: now.saturating_add(step.ttl),
+                    });
+                    Ok(step.decision)
+                }
             }
-        };
-        Ok(step)
+        })
     }
 }
 
@@ -197,6 +221,31 @@ mod tests {
         clock.advance(Duration::from_secs(2));
         store.decide(b"new", &q, 1).await.unwrap();
         assert_eq!(store.len(), 1, "only the new caller is left");
+    }
+
+    #[tokio::test]
+    async fn keys_longer_than_the_inline_buffer_keep_state_and_stay_isolated() {
+        let store = DashMapStore::with_clock(ManualClock::new(1_800_000_000_000_000));
+        let q = Quota::fixed_window(Rate::per_minute(3)).unwrap();
+        for len in [
+            INLINE_KEY - 20,
+            INLINE_KEY - 13,
+            INLINE_KEY - 12,
+            INLINE_KEY,
+            300,
+        ] {
+            let a = vec![b'a'; len];
+            let mut b = a.clone();
+            *b.last_mut().unwrap() = b'b';
+            assert_eq!(store.decide(&a, &q, 1).await.unwrap().remaining, 2);
+            assert_eq!(store.decide(&a, &q, 1).await.unwrap().remaining, 1);
+            assert_eq!(
+                store.decide(&b, &q, 1).await.unwrap().remaining,
+                2,
+                "len {len}"
+            );
+        }
+        assert_eq!(store.len(), 10);
     }
 
     #[tokio::test]
