@@ -17,6 +17,12 @@ use crate::headers::RateLimitHeaders;
 use crate::quota::Quota;
 use crate::store::Store;
 
+/// The byte between a limiter's namespace and the caller in store keys: `~`.
+///
+/// Namespaces are restricted to `A-Z a-z 0-9 _ - .`, so the first `~` always
+/// ends the namespace; `~` is also left unescaped by the Redis key layout.
+pub const NAMESPACE_SEPARATOR: u8 = b'~';
+
 /// The default time a limiter waits for its store: 20 ms.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(20);
 
@@ -308,7 +314,7 @@ impl Limiter {
         let inner = &*self.inner;
         let mut key = Vec::with_capacity(inner.namespace.len() + 1 + caller.len());
         key.extend_from_slice(inner.namespace.as_bytes());
-        key.push(b':');
+        key.push(NAMESPACE_SEPARATOR);
         key.extend_from_slice(caller);
         let call = inner.store.decide(&key, quota, cost);
         let outcome = Guarded {

@@ -131,7 +131,7 @@ async fn namespaces_prefix_keys_and_are_validated() {
         .build()
         .unwrap();
     l.check(b"\xffcaller").await;
-    assert_eq!(store.keys.lock().unwrap()[0], b"api:\xffcaller");
+    assert_eq!(store.keys.lock().unwrap()[0], b"api~\xffcaller");
     assert!(
         Limiter::builder_arc(store.clone())
             .namespace("a:b")

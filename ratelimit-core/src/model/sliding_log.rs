@@ -13,6 +13,8 @@ pub struct SlidingLogState {
 }
 
 /// Entries at `t <= now - W` have left the trailing window `(now - W, now]`.
+/// A log holding more than the limit (the policy's limit was lowered under
+/// the same name) denies until enough entries leave; `remaining` is then 0.
 /// Admitted iff the cost of the remaining entries plus `cost` is at most the
 /// limit. Entries later than `now` (a clock that went back) still count.
 pub(super) fn step(
@@ -53,7 +55,7 @@ pub(super) fn step(
         .back()
         .map_or(0, |&(t, _)| (t + width).saturating_sub(now));
     (
-        Decision::from_store(allowed, limit, limit - used, reset, retry),
+        Decision::from_store(allowed, limit, limit.saturating_sub(used), reset, retry),
         s,
         reset,
     )

@@ -27,11 +27,14 @@ pub(super) fn step(
     let (limit, width) = (w.limit(), w.window_micros());
     let idx = now / width;
     let e = now - idx * width;
-    let (prev, mut curr) = match state {
+    let (prev, curr) = match state {
         Some(s) if s.window == idx => (s.prev, s.curr),
         Some(s) if s.window + 1 == idx => (s.curr, 0),
         _ => (0, 0),
     };
+    // Counters above the limit (the policy's limit was lowered under the same
+    // name) count as the limit, so every product stays within limit * W.
+    let (prev, mut curr) = (prev.min(limit), curr.min(limit));
     let weighted = prev * (width - e);
     let allowed = curr + cost <= limit && weighted <= (limit - curr - cost) * width;
     let mut retry = None;

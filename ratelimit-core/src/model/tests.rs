@@ -136,3 +136,37 @@ proptest! {
         }
     }
 }
+
+/// Regression: a policy whose limit is lowered under the same name finds
+/// stored state above the new limit. No underflow, no product past 2^53.
+#[test]
+fn state_above_a_lowered_limit_is_clamped() {
+    let big = Quota::sliding_log(Rate::per_minute(10)).unwrap();
+    let small = Quota::sliding_log(Rate::per_minute(3)).unwrap();
+    let mut state = None;
+    for _ in 0..10 {
+        state = Some(decide(&big, state, T0, 1).unwrap().state);
+    }
+    let d = decide(&small, state, T0 + 1, 1).unwrap().decision;
+    assert!(!d.allowed);
+    assert_eq!(d.remaining, 0);
+    assert_eq!(d.retry_after, Some(Duration::from_micros(60_000_000 - 1)));
+
+    let big = Quota::sliding_window(Rate::per_minute(1_000)).unwrap();
+    let edge = Quota::sliding_window(Rate::new(
+        crate::MAX_EXACT / 60_000_000,
+        Duration::from_secs(60),
+    ))
+    .unwrap();
+    let tiny = Quota::sliding_window(Rate::per_minute(2)).unwrap();
+    let s = decide(&big, None, T0, 1_000).unwrap().state;
+    let d = decide(&tiny, Some(s.clone()), T0 + 60_000_001, 1)
+        .unwrap()
+        .decision;
+    assert!(!d.allowed);
+    assert_eq!(d.remaining, 0);
+    // Counted as the limit (2), prev weighs 2 * (W - e) / W: one more call
+    // fits once that is 1, half-way through the window.
+    assert_eq!(d.retry_after, Some(Duration::from_micros(29_999_999)));
+    assert!(decide(&edge, Some(s), T0 + 60_000_001, 1).is_ok());
+}

@@ -59,6 +59,10 @@ if raw then
     -- Any other window (older, or later after a clock went back): fresh.
   end
 end
+-- Counters above the limit (the policy's limit was lowered under the same
+-- name) count as the limit, so every product stays within limit * W.
+if prev > limit then prev = limit end
+if curr > limit then curr = limit end
 
 local weighted = prev * (width - e)
 local allowed = curr + cost <= limit and weighted <= (limit - curr - cost) * width
