@@ -1,0 +1,170 @@
+//! Failover under load: the master owning a busy caller's slot is killed
+//! while traffic runs through a `Limiter`. The limiter keeps answering within
+//! its timeout, by its failure policy during the gap, and returns to store
+//! decisions once the replica is promoted. The gap and the number of policy
+//! decisions are measured and printed (`FAILOVER ...` lines).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::Lib;
+use ratelimit_core::{FailurePolicy, Limiter, Quota, Rate, Source};
+use ratelimit_testkit::redis_cluster::RedisCluster;
+use ratelimit_testkit::redis_server::fresh_prefix;
+
+const LIMITER_TIMEOUT: Duration = Duration::from_millis(300);
+/// Scheduling slack on a loaded 2-core machine, on top of the timeout.
+const SLACK: Duration = Duration::from_millis(250);
+const TASKS: usize = 4;
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    /// When the call started, from the start of the run.
+    at: Duration,
+    latency: Duration,
+    source: Source,
+}
+
+async fn failover_under_load(lib: Lib) {
+    let cluster = Arc::new(RedisCluster::start_local());
+    let prefix = fresh_prefix();
+    let store = common::store(
+        lib,
+        &cluster,
+        &prefix,
+        Duration::from_millis(100),
+        Duration::from_millis(250),
+    )
+    .await;
+    let quota = Quota::token_bucket(Rate::per_second(100_000), 100_000).unwrap();
+    let limiter = Limiter::builder(store.clone())
+        .quota(quota.clone())
+        .namespace("fo")
+        .unwrap()
+        .failure_policy(FailurePolicy::FailOpen)
+        .timeout(LIMITER_TIMEOUT)
+        .build()
+        .unwrap();
+    let caller = b"busy-caller";
+    let key = store.key(b"fo:busy-caller", &quota);
+    let slot = cluster.key_slot(key.as_bytes());
+    let master = cluster.master_for_slot(slot);
+    let replica = cluster.replicas_of(&master).pop().expect("a replica");
+    assert_eq!(limiter.check(caller).await.source, Source::Store);
+
+    let start = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (limiter, stop) = (limiter.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut samples = Vec::new();
+            // Bounded: stops by itself after 40 s whatever happens.
+            while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(40) {
+                let t = Instant::now();
+                let d = limiter.check(caller).await;
+                samples.push(Sample {
+                    at: t - start,
+                    latency: t.elapsed(),
+                    source: d.source,
+                });
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            samples
+        }));
+    }
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let killed_at = start.elapsed();
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.kill(master.port))
+        .await
+        .unwrap();
+    let c = cluster.clone();
+    let promoted = tokio::task::spawn_blocking(move || {
+        c.wait_for_new_master(slot, master.port, Duration::from_secs(25))
+    })
+    .await
+    .unwrap()
+    .expect("the cluster promotes the replica");
+    let promoted_at = start.elapsed();
+    assert_eq!(
+        promoted.port, replica.port,
+        "the dead master's replica took over"
+    );
+    // Let traffic run on the new master for a while, then stop.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut samples = Vec::new();
+    for t in tasks {
+        samples.extend(t.await.unwrap());
+    }
+    samples.sort_by_key(|s| s.at);
+
+    let total = samples.len();
+    let policy: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.source != Source::Store)
+        .collect();
+    let after_kill: Vec<&Sample> = samples.iter().filter(|s| s.at >= killed_at).collect();
+    let first_store_after_kill = after_kill
+        .iter()
+        .find(|s| s.source == Source::Store)
+        .map(|s| s.at)
+        .expect("store decisions return after the failover");
+    let last_policy = policy.last().map(|s| s.at + s.latency);
+    let max_latency = samples.iter().map(|s| s.latency).max().unwrap();
+    let stats = limiter.stats();
+    println!(
+        "FAILOVER lib={lib:?} kill->promotion seen by fixture {:?}; kill->first store decision {:?}; \
+         last policy decision ended {:?} after kill; policy decisions {} of {total} \
+         (timeouts {}, errors {}); max latency {max_latency:?}; store stats {:?}",
+        promoted_at - killed_at,
+        first_store_after_kill - killed_at,
+        last_policy.map(|t| t.saturating_sub(killed_at)),
+        policy.len(),
+        stats.timeouts,
+        stats.errors,
+        store.stats(),
+    );
+
+    // Always answered within the limiter's timeout.
+    assert!(
+        max_latency <= LIMITER_TIMEOUT + SLACK,
+        "a check took {max_latency:?}, limiter timeout {LIMITER_TIMEOUT:?}"
+    );
+    // There was a gap, decided by the failure policy (fail open: admitted).
+    assert!(!policy.is_empty(), "killing the master left no gap?");
+    assert!(policy.iter().all(|s| s.source == Source::FailOpen));
+    // Back to store decisions once the replica is promoted: everything in
+    // the last second came from the store.
+    let end = samples.last().unwrap().at;
+    let tail: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.at + Duration::from_secs(1) >= end)
+        .collect();
+    assert!(!tail.is_empty());
+    assert!(
+        tail.iter().all(|s| s.source == Source::Store),
+        "policy decisions after the promotion: {:?}",
+        tail.iter().filter(|s| s.source != Source::Store).count()
+    );
+    // The policy decisions cluster around the failover, not elsewhere.
+    let gap_end = promoted_at + Duration::from_secs(1);
+    assert!(
+        policy
+            .iter()
+            .all(|s| s.at + s.latency >= killed_at && s.at <= gap_end),
+        "policy decisions outside the failover window"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn limiter_rides_out_a_master_failover() {
+    failover_under_load(Lib::RedisRs).await;
+    #[cfg(feature = "fred")]
+    failover_under_load(Lib::Fred).await;
+}
