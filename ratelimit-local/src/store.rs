@@ -180,6 +180,10 @@ impl Store for DashMapStore {
             }
         })
     }
+
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        Some(self.clock.clone())
+    }
 }
 
 #[cfg(test)]
@@ -254,5 +258,27 @@ mod tests {
         let q = Quota::fixed_window(Rate::per_second(10)).unwrap();
         assert!(store.decide(b"k", &q, 11).await.is_err());
         assert!(store.decide(b"k", &q, 0).await.is_err());
+    }
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::*;
+    use ratelimit_core::{Limiter, ManualClock, Rate};
+
+    /// Regression: a limiter over a store on an injected clock must stamp
+    /// `X-RateLimit-Reset` with that clock, not the system's.
+    #[tokio::test]
+    async fn the_limiter_reads_the_store_clock() {
+        let clock = ManualClock::new(1_800_000_000_000_000);
+        let limiter = Limiter::builder(DashMapStore::with_clock(clock.clone()))
+            .quota(Quota::fixed_window(Rate::per_minute(5)).unwrap())
+            .build()
+            .unwrap();
+        let d = limiter.check("k").await;
+        assert_eq!(
+            limiter.headers(&d).get("X-RateLimit-Reset"),
+            Some("1800000060")
+        );
     }
 }

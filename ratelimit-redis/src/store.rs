@@ -215,6 +215,11 @@ impl Store for RedisStore {
             Err(_) => Err(error::timed_out(self.timeout)),
         }
     }
+
+    /// The injected clock, if the store has one (`None`: Redis `TIME`).
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        self.clock.clone()
+    }
 }
 
 /// Builds a [`RedisStore`] over redis-rs. See [`RedisStore::builder`].
