@@ -49,8 +49,8 @@ async fn failover_under_load(lib: Lib) {
         .build()
         .unwrap();
     let caller = b"busy-caller";
-    let key = store.key(b"fo:busy-caller", &quota);
-    let slot = cluster.key_slot(key.as_bytes());
+    assert_eq!(limiter.check(caller).await.source, Source::Store);
+    let slot = common::slot_of_keys(&cluster, &prefix, 1);
     let master = cluster.master_for_slot(slot);
     let replica = cluster.replicas_of(&master).pop().expect("a replica");
     assert_eq!(limiter.check(caller).await.source, Source::Store);

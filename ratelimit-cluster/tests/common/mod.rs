@@ -134,3 +134,29 @@ impl StoreFactory for Factory {
             .collect()
     }
 }
+
+/// The keys under `prefix` on every live master (`KEYS <prefix>:*`): what a
+/// limiter really wrote, whatever way it composes its keys.
+pub fn keys_under(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    for m in cluster.masters() {
+        let found: Vec<String> = cluster
+            .query(m.port, redis::cmd("KEYS").arg(format!("{prefix}:*")))
+            .expect("KEYS");
+        keys.extend(found);
+    }
+    keys.sort();
+    keys
+}
+
+/// The one slot all keys under `prefix` live in.
+pub fn slot_of_keys(cluster: &RedisCluster, prefix: &str, expected_keys: usize) -> u16 {
+    let keys = keys_under(cluster, prefix);
+    assert_eq!(keys.len(), expected_keys, "{keys:?}");
+    let slots: std::collections::HashSet<u16> = keys
+        .iter()
+        .map(|k| cluster.key_slot(k.as_bytes()))
+        .collect();
+    assert_eq!(slots.len(), 1, "one caller, one slot: {keys:?}");
+    *slots.iter().next().unwrap()
+}
