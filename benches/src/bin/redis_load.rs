@@ -27,7 +27,8 @@
 //! `--bench-requests Q` (per redis-benchmark test) [150000],
 //! `--memory-callers C` [100000], `--deny` (use "100/min, burst 20" so most
 //! calls are denied, instead of quotas no caller reaches), `--skip-memory`,
-//! `--skip-overhead`, `--skip-throughput`.
+//! `--skip-overhead`, `--skip-throughput`, `--cluster` (also drive
+//! `ClusterStore` on a local 6-node cluster: 3 masters + 3 replicas).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -36,14 +37,24 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use ratelimit_cluster::ClusterStore;
 use ratelimit_core::{AlgorithmKind, Limiter, Quota, Rate, Store};
 use ratelimit_redis::{RedisStore, keys, scripts};
+use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::RedisServer;
 use redis::aio::ConnectionManager;
 
 const NAIVE_TOKEN_BUCKET: &str = include_str!("../../lua/naive_token_bucket.lua");
 const NAIVE_FIXED_WINDOW: &str = include_str!("../../lua/naive_fixed_window.lua");
 const TRIVIAL_SCRIPT: &str = "return {1, 0, 0, -1}";
+/// The Redis commands of our token bucket and nothing else: the cost of the
+/// calls themselves, without arithmetic.
+const COMMANDS_ONLY_OURS: &str = "redis.call('TIME') redis.call('GET', KEYS[1]) \
+     redis.call('SET', KEYS[1], '11400000:1764538000123456', 'PX', 3600000) return {1, 0, 0, -1}";
+/// The Redis commands of the naive hash-of-floats script and nothing else.
+const COMMANDS_ONLY_NAIVE: &str = "redis.call('TIME') redis.call('HMGET', KEYS[1], 'tokens', 'ts') \
+     redis.call('HSET', KEYS[1], 'tokens', 19.000000000000004, 'ts', 1764538000.123456) \
+     redis.call('PEXPIRE', KEYS[1], 3600000) return {1, 0}";
 const PROTOTYPE_TOKEN_BUCKET: &str =
     include_str!("../../lua/prototype_token_bucket_one_integer.lua");
 const GENEROUS: Duration = Duration::from_secs(2);
@@ -62,6 +73,7 @@ struct Args {
     memory: bool,
     overhead: bool,
     throughput: bool,
+    cluster: bool,
 }
 
 fn parse_args() -> Args {
@@ -77,6 +89,7 @@ fn parse_args() -> Args {
         memory: true,
         overhead: true,
         throughput: true,
+        cluster: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -98,6 +111,7 @@ fn parse_args() -> Args {
             "--skip-memory" => a.memory = false,
             "--skip-overhead" => a.overhead = false,
             "--skip-throughput" => a.throughput = false,
+            "--cluster" => a.cluster = true,
             // `cargo bench` passes --bench to every target.
             "--bench" => {}
             other => panic!("unknown option {other:?}; see the doc comment of redis_load.rs"),
@@ -404,18 +418,27 @@ async fn manager(url: &str) -> ConnectionManager {
 
 /// `Limiter::check` over `RedisStore`, one store (connection) per `conn`.
 async fn ours_limiter(lib: Lib, url: &str, quota: &Quota, conns: usize, callers: usize) -> Call {
-    let mut limiters = Vec::new();
+    let mut stores = Vec::new();
     for _ in 0..conns {
-        limiters.push(
-            Limiter::builder(store(lib, url).await)
+        stores.push(store(lib, url).await);
+    }
+    limiter_call(stores, quota, callers)
+}
+
+/// `Limiter::check` over each of `stores` (one per connection index).
+fn limiter_call<S: Store + 'static>(stores: Vec<S>, quota: &Quota, callers: usize) -> Call {
+    let limiters: Vec<Limiter> = stores
+        .into_iter()
+        .map(|s| {
+            Limiter::builder(s)
                 .quota(quota.clone())
                 .namespace(NAMESPACE)
                 .expect("valid namespace")
                 .timeout(GENEROUS)
                 .build()
-                .expect("limiter"),
-        );
-    }
+                .expect("limiter")
+        })
+        .collect();
     let ids: Arc<Vec<String>> = Arc::new((0..callers).map(caller_id).collect());
     let limiters = Arc::new(limiters);
     Arc::new(move |c, i| {
@@ -429,6 +452,75 @@ async fn ours_limiter(lib: Lib, url: &str, quota: &Quota, conns: usize, callers:
             }
         })
     })
+}
+
+// ---------------------------------------------------------------------------
+// Redis Cluster
+// ---------------------------------------------------------------------------
+
+async fn cluster_store(lib: Lib, cluster: &RedisCluster) -> ClusterStore {
+    match lib {
+        Lib::RedisRs => ClusterStore::builder(cluster.urls())
+            .response_timeout(GENEROUS)
+            .connection_timeout(Duration::from_secs(1))
+            .timeout(2 * GENEROUS)
+            .build()
+            .await
+            .expect("connect to the cluster"),
+        #[cfg(feature = "fred")]
+        Lib::Fred => {
+            use ratelimit_cluster::fred_client::prelude::*;
+            let config = Config {
+                server: ServerConfig::new_clustered(cluster.addrs()),
+                ..Config::default()
+            };
+            let client = Builder::from_config(config)
+                .with_performance_config(|p| p.default_command_timeout = GENEROUS)
+                .with_connection_config(|c| {
+                    c.connection_timeout = Duration::from_secs(1);
+                    c.max_command_attempts = 1;
+                })
+                .build()
+                .expect("fred cluster client");
+            client.init().await.expect("fred connects to the cluster");
+            ClusterStore::from_fred(client).with_timeout(2 * GENEROUS)
+        }
+    }
+}
+
+/// `Limiter::check` over `ClusterStore` on a local 3-master + 3-replica
+/// cluster, each algorithm and client library, `runs` times.
+async fn cluster_section(a: &Args, q: &Quotas) {
+    eprintln!("starting a local 6-node Redis Cluster");
+    let cluster = RedisCluster::start_local();
+    let (n, m, k, s) = (a.tasks, a.connections, a.callers, a.seconds);
+    let mut book = Book::default();
+    for run in 1..=a.runs {
+        eprintln!("cluster run {run} of {}", a.runs);
+        for lib in Lib::all() {
+            for kind in ALGORITHMS {
+                let mut stores = Vec::new();
+                for _ in 0..m {
+                    stores.push(cluster_store(lib, &cluster).await);
+                }
+                let call = limiter_call(stores, &q.ours(kind), k);
+                book.add(
+                    &format!(
+                        "cluster: ours {} ({}, Limiter::check)",
+                        algo_name(kind),
+                        lib.name()
+                    ),
+                    drive(&call, n, m, k, s, None).await,
+                );
+            }
+        }
+    }
+    book.print_table(
+        &format!(
+            "### Redis Cluster (3 masters + 3 replicas, all on this machine): {n} tasks over {m} cluster clients"
+        ),
+        &book.order,
+    );
 }
 
 /// `RedisStore::decide` alone, with the key a `Limiter` would pass.
@@ -671,16 +763,23 @@ impl Book {
                 continue;
             };
             let g = |f: fn(&Measured) -> f64| self.median_of(name, f).unwrap_or(f64::NAN);
-            let admitted = g(|m| m.allowed as f64 / m.decisions.max(1) as f64);
+            // redis-benchmark does not report what the scripts answered.
+            let admitted = if name.starts_with("redis-benchmark") {
+                "–".to_owned()
+            } else {
+                format!(
+                    "{:.1}%",
+                    100.0 * g(|m| m.allowed as f64 / m.decisions.max(1) as f64)
+                )
+            };
             let errors: u64 = rows.iter().map(|m| m.errors).sum();
             println!(
-                "| {name} | {:.0} | {:.0} | {:.0} | {} | {} | {:.1}% | {errors} | {} |",
+                "| {name} | {:.0} | {:.0} | {:.0} | {} | {} | {admitted} | {errors} | {} |",
                 g(|m| m.per_second),
                 g(|m| m.p50_us),
                 g(|m| m.p99_us),
                 fmt_opt(self.median_of(name, |m| m.p999_us), 0),
                 fmt_opt(self.median_of(name, |m| m.server_us), 2),
-                100.0 * admitted,
                 rows.len()
             );
         }
@@ -872,6 +971,22 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
         1,
         TRIVIAL_SCRIPT,
         "floor:customer-__rand_int__",
+        Vec::new(),
+    );
+    bench(
+        "floor: TIME + GET + SET only (our token bucket's commands)",
+        n,
+        1,
+        COMMANDS_ONLY_OURS,
+        "floor:ours:customer-__rand_int__",
+        Vec::new(),
+    );
+    bench(
+        "floor: TIME + HMGET + HSET + PEXPIRE only (the naive script's commands)",
+        n,
+        1,
+        COMMANDS_ONLY_NAIVE,
+        "floor:naive:customer-__rand_int__",
         Vec::new(),
     );
     bench(
@@ -1308,6 +1423,9 @@ async fn main() {
     drop(server);
     if a.memory {
         memory_section(&a).await;
+    }
+    if a.cluster {
+        cluster_section(&a, &q).await;
     }
     let took = started.elapsed().unwrap_or_default();
     println!("(took {:.0} s)", took.as_secs_f64());

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Reproduces every table of BENCHMARKS.md. From the repository root:
+#
+#   bash benches/run.sh            # everything (about 25 minutes on 2 cores)
+#   RUNS=1 bash benches/run.sh     # one run of each (about 10 minutes)
+#
+# Needs redis-server, redis-cli and redis-benchmark (Debian: redis-server,
+# redis-tools). Output: target/bench-results/*.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS="${RUNS:-3}"
+OUT=target/bench-results
+mkdir -p "$OUT"
+
+# In-process: criterion, RUNS runs saved as baselines run1..runN, then the
+# medians and same-run ratios.
+baselines=()
+for i in $(seq 1 "$RUNS"); do
+    cargo bench -p ratelimit-benches --bench local -- --save-baseline "run$i" | tee "$OUT/local-run$i.txt"
+    baselines+=("run$i")
+done
+cargo run -q --release -p ratelimit-benches --bin bench_report -- "${baselines[@]}" | tee "$OUT/local.md"
+cargo bench -p ratelimit-benches --bench local_memory | tee "$OUT/local_memory.md"
+
+# Redis: one process starts its own servers; RUNS runs of load and overhead.
+cargo run -q --release -p ratelimit-benches --features fred --bin redis_load -- \
+    --runs "$RUNS" --cluster | tee "$OUT/redis.md"
