@@ -963,32 +963,6 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
             scripts::args(&tb, None, 1),
         );
     }
-    // The floor under any script: EVALSHA of a script that only returns the
-    // same reply shape (no TIME, no read, no write).
-    bench(
-        "floor: script returning {1, 0, 0, -1}",
-        n,
-        1,
-        TRIVIAL_SCRIPT,
-        "floor:customer-__rand_int__",
-        Vec::new(),
-    );
-    bench(
-        "floor: TIME + GET + SET only (our token bucket's commands)",
-        n,
-        1,
-        COMMANDS_ONLY_OURS,
-        "floor:ours:customer-__rand_int__",
-        Vec::new(),
-    );
-    bench(
-        "floor: TIME + HMGET + HSET + PEXPIRE only (the naive script's commands)",
-        n,
-        1,
-        COMMANDS_ONLY_NAIVE,
-        "floor:naive:customer-__rand_int__",
-        Vec::new(),
-    );
     bench(
         "naive INCR+EXPIRE fixed window",
         n,
@@ -997,6 +971,111 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
         "naive:fw:customer-__rand_int__",
         q.naive_fw_args(),
     );
+}
+
+/// The server's own time per call of each script (`INFO commandstats`
+/// `usec_per_call` of `EVALSHA`), from `redis-benchmark` on ONE connection:
+/// the benchmark client waits for every reply, so it never competes with
+/// the server for a core mid-command and the figure is the script's cost,
+/// not CPU contention. Its requests/s (round-trip bound) are not used.
+fn script_costs_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut Book) {
+    let url = server.url();
+    let tb = q.ours(AlgorithmKind::TokenBucket);
+    let requests = (a.bench_requests / 5).max(1000);
+    let mut cost = |label: &str, lua: &str, key: &str, args: Vec<String>| {
+        let sha = scripts_sha(&url, lua);
+        // Warm-up: the keys exist, as in steady state.
+        let _ = redis_benchmark(
+            server.port(),
+            (8, 1),
+            a.callers * 2,
+            a.callers,
+            &sha,
+            key,
+            &args,
+        );
+        reset_server_stats(&url);
+        if redis_benchmark(server.port(), (1, 1), requests, a.callers, &sha, key, &args).is_some() {
+            book.add(
+                label,
+                Measured {
+                    decisions: requests as u64,
+                    per_second: f64::NAN,
+                    p50_us: f64::NAN,
+                    p99_us: f64::NAN,
+                    p999_us: f64::NAN,
+                    server_us: evalsha_usec_per_call(&url),
+                    ..Measured::default()
+                },
+            );
+        }
+    };
+    let our_key = |code: &str| format!("rl:{{{NAMESPACE}%3Acustomer-__rand_int__}}:default:{code}");
+    for kind in ALGORITHMS {
+        let quota = q.ours(kind);
+        cost(
+            &format!("ours {}", algo_name(kind)),
+            scripts::for_quota(&quota).lua(),
+            &our_key(kind.code()),
+            scripts::args(&quota, None, 1),
+        );
+    }
+    cost(
+        "naive hash-of-floats token bucket",
+        NAIVE_TOKEN_BUCKET,
+        "naive:tb:customer-__rand_int__",
+        q.naive_tb_args(),
+    );
+    cost(
+        "naive INCR+EXPIRE fixed window",
+        NAIVE_FIXED_WINDOW,
+        "naive:fw:customer-__rand_int__",
+        q.naive_fw_args(),
+    );
+    cost(
+        "prototype one-integer token bucket",
+        PROTOTYPE_TOKEN_BUCKET,
+        &our_key("t1"),
+        scripts::args(&tb, None, 1),
+    );
+    cost(
+        "floor: script returning {1, 0, 0, -1}",
+        TRIVIAL_SCRIPT,
+        "floor:customer-__rand_int__",
+        Vec::new(),
+    );
+    cost(
+        "floor: TIME + GET + SET only (our token bucket's commands)",
+        COMMANDS_ONLY_OURS,
+        "floor:ours:customer-__rand_int__",
+        Vec::new(),
+    );
+    cost(
+        "floor: TIME + HMGET + HSET + PEXPIRE only (the naive script's commands)",
+        COMMANDS_ONLY_NAIVE,
+        "floor:naive:customer-__rand_int__",
+        Vec::new(),
+    );
+}
+
+fn print_script_costs(book: &Book) {
+    println!(
+        "### Script cost: server time per EVALSHA (`usec_per_call`, redis-benchmark on one connection)\n"
+    );
+    println!(
+        "| script | server µs per call | naive hash-of-floats token bucket / this (speed-up) | runs |"
+    );
+    println!("|---|---:|---:|---:|");
+    let naive = "naive hash-of-floats token bucket";
+    for name in &book.order {
+        println!(
+            "| {name} | {} | {} | {} |",
+            fmt_opt(book.median_of(name, |m| m.server_us), 2),
+            fmt_opt(book.ratio(naive, name, |m| m.server_us), 2),
+            book.rows.get(name).map_or(0, Vec::len)
+        );
+    }
+    println!();
 }
 
 /// SCRIPT LOAD over a blocking connection (used between async phases).
@@ -1245,9 +1324,11 @@ async fn main() {
     let server = RedisServer::start_local();
     let mut load = Book::default();
     let mut seq = Book::default();
+    let mut costs = Book::default();
     for run in 1..=a.runs {
         eprintln!("run {run} of {}", a.runs);
         if a.throughput {
+            script_costs_run(&a, &q, &server, &mut costs);
             throughput_run(&a, &q, &server, &mut load).await;
         }
         if a.overhead {
@@ -1262,6 +1343,7 @@ async fn main() {
             ),
             &load.order,
         );
+        print_script_costs(&costs);
         println!("Same-run ratios (median over runs):\n");
         println!("| ratio | value | target |");
         println!("|---|---:|---|");
@@ -1300,23 +1382,20 @@ async fn main() {
             load.ratio(&ours_rb_p, &naive_rb_p, ps),
             ">= 1.3",
         );
-        let su = |m: &Measured| 1.0 / m.server_us;
+        let su = |m: &Measured| m.server_us;
         row(
-            &format!(
-                "ours token bucket script / naive hash-of-floats script: server calls per µs (1 / usec_per_call), redis-benchmark -c {}",
-                a.tasks
-            ),
-            load.ratio(&ours_rb, &naive_rb, su),
+            "ours token bucket script / naive hash-of-floats script: server time per call, naive / ours (one connection)",
+            costs.ratio("naive hash-of-floats token bucket", "ours token_bucket", su),
             ">= 1.3",
         );
         row(
-            "ours token bucket script / naive hash-of-floats script: server calls per µs, bare EVALSHA over redis-rs",
-            load.ratio(
-                "ours token_bucket script, bare EVALSHA (redis-rs)",
-                naive_client,
+            "(prototype) one-integer token bucket: server time per call, naive / prototype (one connection)",
+            costs.ratio(
+                "naive hash-of-floats token bucket",
+                "prototype one-integer token bucket",
                 su,
             ),
-            ">= 1.3",
+            "(what a one-integer layout would give)",
         );
         let proto_rb = format!(
             "redis-benchmark -c {}: prototype one-integer token bucket",
@@ -1340,11 +1419,6 @@ async fn main() {
                 a.connections
             ),
             load.ratio(&proto_rb_p, &naive_rb_p, ps),
-            "(what a one-integer layout would give)",
-        );
-        row(
-            "(prototype) one-integer token bucket / naive hash-of-floats: server calls per µs, redis-benchmark",
-            load.ratio(&proto_rb, &naive_rb, su),
             "(what a one-integer layout would give)",
         );
         row(
