@@ -22,10 +22,10 @@
 //! cargo run --release -p ratelimit-benches --features fred --bin redis_load -- --runs 3
 //! ```
 //!
-//! Options (defaults in brackets): `--runs R` [3], `--tasks N` [32],
-//! `--connections M` [4], `--callers K` [10000], `--seconds S` [3],
-//! `--bench-requests Q` (per redis-benchmark test) [150000],
-//! `--memory-callers C` [100000], `--deny` (use "100/min, burst 20" so most
+//! Options (defaults in parentheses): `--runs R` (3), `--tasks N` (32),
+//! `--connections M` (4), `--callers K` (10000), `--seconds S` (3),
+//! `--bench-requests Q` (per redis-benchmark test) (150000),
+//! `--memory-callers C` (100000), `--deny` (use "100/min, burst 20" so most
 //! calls are denied, instead of quotas no caller reaches), `--skip-memory`,
 //! `--skip-overhead`, `--skip-throughput`, `--cluster` (also drive
 //! `ClusterStore` on a local 6-node cluster: 3 masters + 3 replicas).
