@@ -23,6 +23,9 @@ use crate::store::Store;
 /// ends the namespace; `~` is also left unescaped by the Redis key layout.
 pub const NAMESPACE_SEPARATOR: u8 = b'~';
 
+/// Store keys up to this many bytes are built on the stack.
+const INLINE_KEY: usize = 128;
+
 /// The default time a limiter waits for its store: 20 ms.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(20);
 
@@ -312,14 +315,28 @@ impl Limiter {
 
     async fn decide(&self, quota: &Quota, caller: &[u8], cost: u64) -> Decision {
         let inner = &*self.inner;
-        let mut key = Vec::with_capacity(inner.namespace.len() + 1 + caller.len());
-        key.extend_from_slice(inner.namespace.as_bytes());
-        key.push(NAMESPACE_SEPARATOR);
-        key.extend_from_slice(caller);
-        let call = inner.store.decide(&key, quota, cost);
+        // `namespace ~ caller`, on the stack for the common short key.
+        let len = inner.namespace.len() + 1 + caller.len();
+        let mut inline = [0u8; INLINE_KEY];
+        let heap;
+        let key: &[u8] = if len <= INLINE_KEY {
+            let ns = inner.namespace.len();
+            inline[..ns].copy_from_slice(inner.namespace.as_bytes());
+            inline[ns] = NAMESPACE_SEPARATOR;
+            inline[ns + 1..len].copy_from_slice(caller);
+            &inline[..len]
+        } else {
+            heap = [inner.namespace.as_bytes(), &[NAMESPACE_SEPARATOR], caller].concat();
+            &heap
+        };
+        // Through the trait object directly: the blanket `impl Store for
+        // Arc<S>` would box a second future.
+        let call = (*inner.store).decide(key, quota, cost);
         let outcome = Guarded {
             call,
-            sleep: inner.timer.sleep(inner.timeout),
+            sleep: None,
+            timer: &*inner.timer,
+            timeout: inner.timeout,
         }
         .await;
         let error = match outcome {
@@ -427,10 +444,14 @@ enum Guard<T> {
     TimedOut,
 }
 
-/// Polls the store call, catching panics, racing it against the timer.
+/// Polls the store call, catching panics, racing it against the timer. The
+/// timer is armed only once the call has returned `Pending`, so a store that
+/// answers at once (the in-process one) never pays for a sleep.
 struct Guarded<'a, T> {
     call: Pin<Box<dyn Future<Output = T> + Send + 'a>>,
-    sleep: Sleep,
+    sleep: Option<Sleep>,
+    timer: &'a dyn Timer,
+    timeout: Duration,
 }
 
 impl<T> Future for Guarded<'_, T> {
@@ -443,7 +464,9 @@ impl<T> Future for Guarded<'_, T> {
             Ok(Poll::Pending) => {}
             Err(_) => return Poll::Ready(Guard::Panicked),
         }
-        match this.sleep.as_mut().poll(cx) {
+        let (timer, timeout) = (this.timer, this.timeout);
+        let sleep = this.sleep.get_or_insert_with(|| timer.sleep(timeout));
+        match sleep.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Guard::TimedOut),
             Poll::Pending => Poll::Pending,
         }

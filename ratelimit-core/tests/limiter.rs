@@ -166,3 +166,25 @@ async fn several_quotas_return_the_first_denial_or_the_tightest() {
     assert_eq!(denied.limit, 2);
     assert_eq!(l.stats().denied, 1);
 }
+
+#[tokio::test]
+async fn long_callers_are_namespaced_too() {
+    let store = Arc::new(Recording::default());
+    let l = Limiter::builder_arc(store.clone())
+        .quota(quota())
+        .namespace("ns")
+        .unwrap()
+        .build()
+        .unwrap();
+    for n in [0usize, 124, 125, 126, 1000] {
+        let caller = vec![b'x'; n];
+        l.check(&caller).await;
+        let mut want = b"ns~".to_vec();
+        want.extend_from_slice(&caller);
+        assert_eq!(
+            store.keys.lock().unwrap().last().unwrap(),
+            &want,
+            "caller of {n} bytes"
+        );
+    }
+}
