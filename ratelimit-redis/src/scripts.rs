@@ -90,17 +90,45 @@ impl Script {
 }
 
 /// The fixed window script.
-pub static FIXED_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new("fixed_window", include_str!("scripts/fixed_window.lua")));
+pub static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "fixed_window",
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/fixed_window.lua")
+        ),
+    )
+});
 /// The sliding window counter script.
-pub static SLIDING_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new("sliding_window", include_str!("scripts/sliding_window.lua")));
+pub static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "sliding_window",
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/sliding_window.lua")
+        ),
+    )
+});
 /// The sliding log script.
-pub static SLIDING_LOG: LazyLock<Script> =
-    LazyLock::new(|| Script::new("sliding_log", include_str!("scripts/sliding_log.lua")));
+pub static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "sliding_log",
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/sliding_log.lua")
+        ),
+    )
+});
 /// The token bucket script.
-pub static TOKEN_BUCKET: LazyLock<Script> =
-    LazyLock::new(|| Script::new("token_bucket", include_str!("scripts/token_bucket.lua")));
+pub static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "token_bucket",
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/token_bucket.lua")
+        ),
+    )
+});
 
 /// The script for `quota`'s algorithm.
 pub fn for_quota(quota: &Quota) -> &'static Script {
