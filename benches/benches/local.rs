@@ -229,6 +229,23 @@ fn bench_contenders(
     report_admitted("ours_store", &admitted, &total);
     reset();
 
+    group.bench_function("ours_sync", |b| {
+        b.iter_custom(|iters| {
+            run_split(threads, iters, |t, n| {
+                let mut cur = Cursor::new(keys.len(), t, threads);
+                let mut ok = 0u64;
+                for _ in 0..n {
+                    let k = keys[cur.next_index()].as_bytes();
+                    let d = c.store.decide_now(k, &q.ours, 1).expect("valid cost");
+                    ok += u64::from(d.allowed);
+                }
+                count(ok, n);
+            })
+        })
+    });
+    report_admitted("ours_sync", &admitted, &total);
+    reset();
+
     group.bench_function("ours_limiter", |b| {
         b.iter_custom(|iters| {
             run_split(threads, iters, |t, n| {

@@ -154,9 +154,11 @@ fn step_entry(e: &mut Entry, quota: &Quota, now: Micros, cost: u64) -> Result<De
     Ok(step.decision)
 }
 
-#[async_trait]
-impl Store for DashMapStore {
-    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
+impl DashMapStore {
+    /// One decision, synchronously: what [`Store::decide`] does, without the
+    /// boxed future of an object-safe async trait. For callers on a hot path
+    /// that hold the concrete store (the local store never waits).
+    pub fn decide_now(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
         quota.check_cost(cost)?;
         let now = self.clock.now();
         self.maybe_sweep(now);
@@ -179,6 +181,13 @@ impl Store for DashMapStore {
                 }
             }
         })
+    }
+}
+
+#[async_trait]
+impl Store for DashMapStore {
+    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
+        self.decide_now(key, quota, cost)
     }
 
     fn clock(&self) -> Option<Arc<dyn Clock>> {
