@@ -88,6 +88,24 @@ async fn hammer(
     }
 }
 
+/// Any store error during a concurrency run is a violation in itself.
+fn no_errors(t: &Tally, q: &Quota, stores: usize, tasks: usize, on: &str) -> Result<(), Violation> {
+    if t.errors == 0 {
+        return Ok(());
+    }
+    Err(violation(
+        q,
+        stores,
+        tasks,
+        format!(
+            "{} of {} calls failed{on}; first error: {}",
+            t.errors,
+            t.attempts,
+            t.first_error.clone().unwrap_or_default()
+        ),
+    ))
+}
+
 fn violation(quota: &Quota, stores: usize, tasks: usize, message: String) -> Violation {
     Violation {
         contract: Contract::Concurrency,
@@ -120,19 +138,7 @@ pub async fn concurrency(
             config.concurrency_duration * 4,
         )
         .await;
-        if t.errors > 0 {
-            return Err(violation(
-                &q,
-                stores.len(),
-                config.tasks_per_instance,
-                format!(
-                    "{} of {} calls failed; first error: {}",
-                    t.errors,
-                    t.attempts,
-                    t.first_error.unwrap_or_default()
-                ),
-            ));
-        }
+        no_errors(&t, &q, stores.len(), config.tasks_per_instance, "")?;
         if t.admitted > LIMIT {
             return Err(violation(
                 &q,
@@ -193,19 +199,13 @@ pub async fn concurrency_server_clock(
             (AlgorithmKind::TokenBucket, _) => LIMIT + 1,
             _ => LIMIT,
         };
-        if t.errors > 0 {
-            return Err(violation(
-                &q,
-                stores.len(),
-                config.tasks_per_instance,
-                format!(
-                    "{} of {} calls failed on the server clock; first error: {}",
-                    t.errors,
-                    t.attempts,
-                    t.first_error.unwrap_or_default()
-                ),
-            ));
-        }
+        no_errors(
+            &t,
+            &q,
+            stores.len(),
+            config.tasks_per_instance,
+            " on the server clock",
+        )?;
         if t.admitted > bound {
             return Err(violation(
                 &q,
