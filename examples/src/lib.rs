@@ -6,4 +6,6 @@
 //! problem replayed against the four algorithms) and the HTTP `server`. The
 //! demo's logic lives in [`demo`] so that it is tested, not just run.
 
+pub mod accuracy;
 pub mod demo;
+pub mod picture;
