@@ -131,7 +131,9 @@ fn the_binary_prints_the_table_and_draws_the_picture() {
         "{table}"
     );
     assert!(
-        table.contains("| sliding log | 11194 | 0 (0.000 %) | 100 |"),
+        table
+            .lines()
+            .any(|l| l.starts_with("| sliding log | ") && l.ends_with(" | 0 (0.000 %) | 100 |")),
         "{table}"
     );
     let picture = std::fs::read_to_string(&svg).unwrap();
