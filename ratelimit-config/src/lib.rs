@@ -130,6 +130,7 @@ pub fn from_str(text: &str, format: Format) -> Result<Vec<Quota>> {
         format,
         message: message.trim_end().to_owned(),
     })?;
+    check_shape(&tree)?;
     // Then as policies, through the format's own deserializer so that
     // messages keep their line and column.
     let raw: Result<RawFile, Error> = match format {
@@ -159,6 +160,38 @@ pub fn from_str(text: &str, format: Format) -> Result<Vec<Quota>> {
         }
     };
     build::build(raw?)
+}
+
+/// Maps where maps belong: serde would also read a struct from a list of
+/// its values, which no one writes on purpose.
+fn check_shape(tree: &serde_json::Value) -> Result<()> {
+    let kind = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => "empty",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "a map",
+    };
+    if !(tree.is_object() || tree.is_null()) {
+        return Err(Error::Invalid {
+            location: "(top level)".into(),
+            policy: None,
+            problem: format!("the file is {}, not a map", kind(tree)),
+            fix: build::fix_for("policies"),
+        });
+    }
+    if let Some(list) = tree.get("policies").and_then(|p| p.as_array()) {
+        if let Some((index, item)) = list.iter().enumerate().find(|(_, p)| !p.is_object()) {
+            return Err(Error::Invalid {
+                location: format!("policies[{index}]"),
+                policy: None,
+                problem: format!("the policy is {}, not a map", kind(item)),
+                fix: build::FIELDS.to_owned(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A deserialization error, placed at `policies[i].field` with the policy's

@@ -11,13 +11,16 @@ use serde::de::{self, Deserializer, Visitor};
 use crate::units::{parse_duration, parse_rate};
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a map with one key, `policies`")]
 pub(crate) struct RawFile {
     pub(crate) policies: Option<Vec<RawPolicy>>,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a policy: a map with `name`, `algorithm` and the algorithm's numbers"
+)]
 pub(crate) struct RawPolicy {
     pub(crate) name: Option<String>,
     pub(crate) algorithm: Option<AlgorithmName>,
@@ -127,7 +130,19 @@ impl<'de> Deserialize<'de> for Count {
                     .map_err(|_| E::custom(format!("{v} is too large")))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Count, E> {
-                Err(E::custom(format!("{v} is not a whole number")))
+                // Never accepted: a count is written as an integer. Say why.
+                Err(E::custom(if v < 0.0 {
+                    format!("{v} is negative")
+                } else if v.fract() != 0.0 || !v.is_finite() {
+                    format!("{v} is not a whole number")
+                } else if v >= 18_446_744_073_709_551_616.0 {
+                    format!("{v:e} is too large")
+                } else {
+                    format!(
+                        "{v:?} is written as a decimal number; write a whole number \
+                         without a decimal point or exponent"
+                    )
+                }))
             }
         }
         d.deserialize_any(V)

@@ -217,6 +217,21 @@ const BAD: &[Bad] = &[
         says: &["already defined by policies[0]", "its own name"],
     },
     Bad {
+        file: "float_count.yaml",
+        location: "policies[0].burst",
+        policy: Some("api"),
+        says: &[
+            "1000.0 is written as a decimal number",
+            "without a decimal point",
+        ],
+    },
+    Bad {
+        file: "not_a_map.json",
+        location: "(top level)",
+        policy: None,
+        says: &["the file is a list, not a map", "top-level `policies` key"],
+    },
+    Bad {
         file: "empty.toml",
         location: "policies",
         policy: None,
@@ -289,6 +304,13 @@ fn unreadable_and_unnamed_files_say_so() {
     assert!(err.to_string().contains("from_toml_str"), "{err}");
     let err = ratelimit_config::from_json_str(r#"{"policies": []}"#).unwrap_err();
     assert_eq!(err.location(), Some("policies"));
+    let err = ratelimit_config::from_yaml_str("policies: [5]").unwrap_err();
+    assert_eq!(err.location(), Some("policies[0]"));
+    assert!(
+        err.to_string()
+            .contains("the policy is a number, not a map"),
+        "{err}"
+    );
 }
 
 type Constructor = fn(Rate) -> Result<Quota, ratelimit_core::ConfigError>;
