@@ -198,3 +198,34 @@ fn unknown_urls_and_wrong_methods_are_never_limited() {
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-ratelimit-remaining"), Some("19"));
 }
+
+#[test]
+fn unusable_api_keys_have_their_own_answers_and_cost_nothing() {
+    let server = start();
+    let problem = |r: &Reply, status: u16, kind: &str| {
+        assert_eq!(r.status, status, "{}", r.body);
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(rate_limit_fields(r).is_empty(), "{:?}", r.headers);
+        assert!(
+            r.body
+                .contains(&format!("\"type\":\"urn:ratelimit:problem:{kind}\"")),
+            "{}",
+            r.body
+        );
+    };
+
+    let r = request(&server, "GET", "/api/hello", &[]);
+    problem(&r, 401, "missing-key");
+    let long = "k".repeat(257);
+    let r = request(&server, "GET", "/api/hello", &[("x-api-key", &long)]);
+    problem(&r, 431, "key-too-long");
+    assert!(r.body.contains("at most 256 bytes"), "{}", r.body);
+    let twice = [("x-api-key", "demo-key"), ("x-api-key", "other-key")];
+    let r = request(&server, "GET", "/api/hello", &twice);
+    problem(&r, 400, "ambiguous-key");
+
+    // None of them touched demo-key's plan.
+    let r = request(&server, "GET", "/api/hello", &[("x-api-key", "demo-key")]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("19"));
+}

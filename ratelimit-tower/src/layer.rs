@@ -29,6 +29,7 @@ pub(crate) struct Config {
 /// |---|---|---|
 /// | caller key | client IP ([`KeyExtractor::client_ip`]) | [`RateLimitLayer::key`] |
 /// | no key | `400` problem+json | [`RateLimitLayer::on_missing_key`] |
+/// | a present but unusable key ([`crate::KeyError`]) | `431` or `400` problem+json | not configurable |
 /// | quota | the limiter's first quota, for every request | [`RateLimitLayer::policies`] |
 /// | cost | 1 | [`RateLimitLayer::cost`] |
 ///

@@ -8,7 +8,8 @@
 //!
 //! - `GET /api/hello`, `POST /api/orders`: the per-API-key plan, "100 per
 //!   minute, burst 20" (token bucket), keyed by `x-api-key`; no key is a
-//!   `401`. Fails **open**: a store outage must not become an API outage.
+//!   `401`, a key over 256 bytes a `431`, the header sent twice a `400`.
+//!   Fails **open**: a store outage must not become an API outage.
 //! - `POST /login`: 5 attempts per 15 minutes per client IP (sliding log,
 //!   exact in every trailing window). Fails **closed** (`503`): a store
 //!   outage must not hand a password guesser unlimited attempts.
