@@ -253,3 +253,94 @@ fn an_invalid_policy_file_stops_the_server_with_the_field_named() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The names of the rate-limit fields a reply carries.
+fn rate_limit_fields(r: &Reply) -> Vec<&'static str> {
+    [
+        "retry-after",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+        "ratelimit-policy",
+        "ratelimit",
+    ]
+    .into_iter()
+    .filter(|n| r.header(n).is_some())
+    .collect()
+}
+
+#[test]
+fn unknown_urls_and_wrong_methods_are_never_limited() {
+    let server = start();
+    let not_limited = |method: &str, path: &str, status: u16| {
+        let r = request(&server, method, path, &[]);
+        assert_eq!(r.status, status, "{method} {path}: {}", r.body);
+        assert!(
+            rate_limit_fields(&r).is_empty(),
+            "{method} {path} carries {:?}",
+            rate_limit_fields(&r)
+        );
+    };
+    let login = |remaining: &str| {
+        let r = request(&server, "POST", "/login", &[]);
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.header("x-ratelimit-remaining"), Some(remaining));
+    };
+
+    // Before exhaustion: a 404 or a 405 costs no login attempt.
+    login("4");
+    not_limited("GET", "/nope", 404);
+    not_limited("GET", "/favicon.ico", 404);
+    not_limited("POST", "/nope", 404);
+    not_limited("GET", "/login", 405);
+    not_limited("GET", "/api/orders", 405);
+    login("3");
+    login("2");
+    login("1");
+    login("0");
+    assert_eq!(request(&server, "POST", "/login", &[]).status, 429);
+
+    // After exhaustion: unknown URLs are still plain 404s.
+    not_limited("GET", "/nope", 404);
+    not_limited("GET", "/favicon.ico", 404);
+    not_limited("GET", "/login", 405);
+    // And so is an unknown URL with an API key, whose plan is untouched.
+    let key = [("x-api-key", "demo-key")];
+    let r = request(&server, "GET", "/api/nope", &key);
+    assert_eq!(r.status, 404);
+    assert!(rate_limit_fields(&r).is_empty(), "{:?}", r.headers);
+    let r = request(&server, "GET", "/api/hello", &key);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("19"));
+}
+
+#[test]
+fn unusable_api_keys_have_their_own_answers_and_cost_nothing() {
+    let server = start();
+    let problem = |r: &Reply, status: u16, kind: &str| {
+        assert_eq!(r.status, status, "{}", r.body);
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(rate_limit_fields(r).is_empty(), "{:?}", r.headers);
+        assert!(
+            r.body
+                .contains(&format!("\"type\":\"urn:ratelimit:problem:{kind}\"")),
+            "{}",
+            r.body
+        );
+    };
+
+    let r = request(&server, "GET", "/api/hello", &[]);
+    problem(&r, 401, "missing-key");
+    let long = "k".repeat(257);
+    let r = request(&server, "GET", "/api/hello", &[("x-api-key", &long)]);
+    problem(&r, 431, "key-too-long");
+    assert!(r.body.contains("at most 256 bytes"), "{}", r.body);
+    let twice = [("x-api-key", "demo-key"), ("x-api-key", "other-key")];
+    let r = request(&server, "GET", "/api/hello", &twice);
+    problem(&r, 400, "ambiguous-key");
+
+    // None of them touched demo-key's plan.
+    let r = request(&server, "GET", "/api/hello", &[("x-api-key", "demo-key")]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("19"));
+}

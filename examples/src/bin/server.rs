@@ -9,11 +9,15 @@
 //!
 //! - `GET /api/hello`, `POST /api/orders`: the per-API-key plan, "100 per
 //!   minute, burst 20" (token bucket), keyed by `x-api-key`; no key is a
-//!   `401`. Fails **open**: a store outage must not become an API outage.
+//!   `401`, a key over 256 bytes a `431`, the header sent twice a `400`.
+//!   Fails **open**: a store outage must not become an API outage.
 //! - `POST /login`: 5 attempts per 15 minutes per client IP (sliding log,
 //!   exact in every trailing window). Fails **closed** (`503`): a store
 //!   outage must not hand a password guesser unlimited attempts.
 //! - `GET /`: a short description, not limited.
+//!
+//! Any other URL is a plain `404` (and a wrong method a `405`): not counted,
+//! no rate-limit headers.
 //!
 //! `--config FILE` reads the policies `api` and `login` from a TOML, YAML or
 //! JSON file (see `examples/policies.toml`); a policy the file leaves out
@@ -231,19 +235,14 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Each limit wraps only its handlers (`route_layer` on the method
+    // router): an unknown URL (404) or a wrong method (405) never reaches a
+    // limiter, so it costs no login attempt and is never answered 429 or 503.
     let app = Router::new()
         .route("/", get(index))
-        .merge(
-            Router::new()
-                .route("/api/hello", get(hello))
-                .route("/api/orders", post(order))
-                .layer(api),
-        )
-        .merge(
-            Router::new()
-                .route("/login", post(login))
-                .layer(login_limit),
-        );
+        .route("/api/hello", get(hello).route_layer(api.clone()))
+        .route("/api/orders", post(order).route_layer(api))
+        .route("/login", post(login).route_layer(login_limit));
 
     let listener = match tokio::net::TcpListener::bind(args.addr).await {
         Ok(l) => l,

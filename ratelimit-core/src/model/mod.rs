@@ -7,11 +7,13 @@
 //! intermediate values stay below 2^53 (the quota constructors guarantee it),
 //! so a Lua script using doubles computes the same numbers bit for bit.
 
+mod all;
 mod fixed_window;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
+pub use all::{AllStep, Charge, decide_all};
 pub use fixed_window::FixedWindowState;
 pub use sliding_log::SlidingLogState;
 pub use sliding_window::SlidingWindowState;
