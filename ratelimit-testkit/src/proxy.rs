@@ -55,6 +55,11 @@
 //! let mut direct = server.connection();
 //! # let _ = &mut direct;
 //! ```
+//!
+//! A cluster client follows the addresses the nodes announce (`CLUSTER
+//! SLOTS`, `MOVED`), so a proxy in front of a node only sees traffic if the
+//! node announces the proxy's port: see
+//! `RedisCluster::start_local_proxied` (feature `redis-cluster`).
 
 use std::collections::{HashMap, VecDeque};
 use std::io;

@@ -19,6 +19,11 @@
 //! Nodes are named by their port. Every node is a [`ServerProcess`], as the
 //! single-server fixture is.
 //!
+//! For lost-reply and stall tests, [`RedisCluster::start_local_proxied`]
+//! puts a [`Proxy`] in front of every node and has the node announce the
+//! proxy's port, so that clients (which follow announced addresses) reach
+//! every node through it.
+//!
 //! With the environment variable `RATELIMIT_REDIS_CLUSTER_URLS` set to a
 //! comma-separated list of node URLs (`redis://127.0.0.1:7000/,...`), the
 //! fixture uses that cluster instead: inspection, `CLUSTER FAILOVER` and slot
@@ -34,12 +39,14 @@
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use crate::proxy::Proxy;
 use crate::redis_server::fresh_prefix;
 use crate::server_process::{HOW_TO_GET_REDIS, ServerOptions, ServerProcess, connect};
 
@@ -76,7 +83,9 @@ pub struct Node {
     pub id: String,
     /// The host the node announces (`127.0.0.1` for a local cluster).
     pub host: String,
-    /// The client port.
+    /// The node's own client port: the fixture's name for it (in a proxied
+    /// cluster the node announces its proxy's port, and is still named by
+    /// its own).
     pub port: u16,
     /// Master or replica.
     pub role: Role,
@@ -105,6 +114,8 @@ enum Mode {
     Local {
         dir: PathBuf,
         nodes: Mutex<Vec<ServerProcess>>,
+        /// For a proxied cluster: each node's proxy, by the node's port.
+        proxies: HashMap<u16, Proxy>,
     },
     External {
         urls: Vec<String>,
@@ -171,17 +182,69 @@ impl RedisCluster {
     /// how to get them), or the cluster does not become healthy within
     /// [`READY_TIMEOUT`].
     pub fn start_local() -> Self {
+        Self::start_local_with(false)
+    }
+
+    /// A new local cluster whose every node has a [`Proxy`] in front of it
+    /// and **announces the proxy's port** (`cluster-announce-ip 127.0.0.1`,
+    /// `cluster-announce-port <proxy>`; the cluster bus stays direct), so
+    /// that clients reach every node through its proxy: the seeds of
+    /// [`RedisCluster::urls`], the addresses in `CLUSTER SLOTS` and `CLUSTER
+    /// NODES`, and `MOVED`/`ASK` redirects all name proxy ports.
+    /// [`RedisCluster::proxy`] gives the proxy of a node, for lost replies,
+    /// stalls and cuts.
+    ///
+    /// Everything else of the fixture keeps naming nodes by their own port
+    /// and talks to them directly ([`RedisCluster::query`],
+    /// [`RedisCluster::connection`], [`Node::port`]): a test reads the state
+    /// the server holds, not what the proxy lets through.
+    ///
+    /// Replication also follows the announced address: a replica's link to
+    /// its master goes through the master's proxy. So a paused or cut proxy
+    /// stalls or breaks replication too (the cluster bus, and so failure
+    /// detection, does not go through it), and a loss armed for any request
+    /// may hit replication traffic: target the store's command instead
+    /// ([`Proxy::drop_replies_to`] with `b"EVALSHA"`).
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisCluster::start_local`].
+    pub fn start_local_proxied() -> Self {
+        Self::start_local_with(true)
+    }
+
+    fn start_local_with(proxied: bool) -> Self {
         let dir = std::env::temp_dir().join(format!("rl-cluster-{:016x}", rand::random::<u64>()));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
         let options = node_options(&dir);
         let mut nodes = Vec::new();
+        let mut proxies = HashMap::new();
         let mut last = String::new();
         // Ports can be taken between finding and using them: a few spare tries.
         for _ in 0..16 {
             if nodes.len() == 6 {
                 break;
             }
-            match ServerProcess::try_start_on(options.free_port(), &options) {
+            let port = options.free_port();
+            let started = if proxied {
+                let proxy = Proxy::start(SocketAddr::from(([127, 0, 0, 1], port)));
+                let announcing = options.clone().args([
+                    "--cluster-announce-ip".to_owned(),
+                    "127.0.0.1".to_owned(),
+                    "--cluster-announce-port".to_owned(),
+                    proxy.port().to_string(),
+                    "--cluster-announce-bus-port".to_owned(),
+                    (port + 10_000).to_string(),
+                ]);
+                let started = ServerProcess::try_start_on(port, &announcing);
+                if started.is_ok() {
+                    proxies.insert(port, proxy);
+                }
+                started
+            } else {
+                ServerProcess::try_start_on(port, &options)
+            };
+            match started {
                 Ok(node) => nodes.push(node),
                 Err(e) => last = e,
             }
@@ -190,6 +253,7 @@ impl RedisCluster {
             mode: Mode::Local {
                 dir,
                 nodes: Mutex::new(nodes),
+                proxies,
             },
             prefix: fresh_prefix(),
         };
@@ -204,9 +268,49 @@ impl RedisCluster {
         cluster
     }
 
-    /// Parses `CLUSTER NODES` as the node on `port` answered it.
+    /// Whether every node has a [`Proxy`] in front of it
+    /// ([`RedisCluster::start_local_proxied`]).
+    pub fn is_proxied(&self) -> bool {
+        matches!(&self.mode, Mode::Local { proxies, .. } if !proxies.is_empty())
+    }
+
+    /// The proxy in front of the node on `port`, in a cluster started with
+    /// [`RedisCluster::start_local_proxied`].
+    ///
+    /// # Panics
+    ///
+    /// When the cluster is not proxied or has no node on `port`.
+    pub fn proxy(&self, port: u16) -> &Proxy {
+        match &self.mode {
+            Mode::Local { proxies, .. } => proxies.get(&port).unwrap_or_else(|| {
+                panic!("no proxy for node {port}: use RedisCluster::start_local_proxied")
+            }),
+            Mode::External { urls } => {
+                panic!("the external cluster {urls:?} has no proxies")
+            }
+        }
+    }
+
+    /// The node's own port for a port a node announces (its proxy's, in a
+    /// proxied cluster), else the port itself.
+    fn node_port(&self, announced: u16) -> u16 {
+        match &self.mode {
+            Mode::Local { proxies, .. } => proxies
+                .iter()
+                .find(|(_, p)| p.port() == announced)
+                .map_or(announced, |(&node, _)| node),
+            Mode::External { .. } => announced,
+        }
+    }
+
+    /// Parses `CLUSTER NODES` as the node on `port` answered it, naming every
+    /// node by its own port.
     fn parse_nodes(&self, text: &str, port: u16) -> Vec<Node> {
-        parse_nodes(text, &self.url_of(port))
+        let mut nodes = parse_nodes(text, &self.url_of(port));
+        for node in &mut nodes {
+            node.port = self.node_port(node.port);
+        }
+        nodes
     }
 
     fn local_nodes(&self) -> MutexGuard<'_, Vec<ServerProcess>> {
@@ -267,9 +371,15 @@ impl RedisCluster {
     }
 
     /// Seed URLs for a cluster client: one per node the fixture knows, alive
-    /// or not (clients skip the dead ones).
+    /// or not (clients skip the dead ones). In a proxied cluster, the
+    /// proxies' URLs.
     pub fn urls(&self) -> Vec<String> {
         match &self.mode {
+            Mode::Local { proxies, .. } if !proxies.is_empty() => self
+                .ports()
+                .into_iter()
+                .map(|port| self.proxy(port).url())
+                .collect(),
             Mode::Local { .. } => self.ports().into_iter().map(port_url).collect(),
             Mode::External { urls } => urls.clone(),
         }
