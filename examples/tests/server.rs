@@ -117,8 +117,16 @@ fn api_key_plan_missing_key_and_login() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("x-ratelimit-limit"), Some("20"));
     assert_eq!(r.header("x-ratelimit-remaining"), Some("19"));
-    assert_eq!(r.header("ratelimit-policy"), Some("\"api\";q=20;w=12"));
-    assert_eq!(r.header("ratelimit"), Some("\"api\";r=19;t=1"));
+    // Both quotas of the plan are listed; the per-minute one binds.
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some("\"api\";q=20;w=12, \"daily\";q=1000;w=86400")
+    );
+    let state = r.header("ratelimit").unwrap();
+    assert!(
+        state.starts_with("\"api\";r=19;t=1, \"daily\";r=999;t="),
+        "{state}"
+    );
 
     // Burst 20; the bucket refills one token per 0.6 s of wall time, so
     // within a few more requests the burst is spent.
@@ -180,6 +188,10 @@ fn the_committed_policy_file_loads() {
                 file.display()
             ),
             format!(
+                "policy \"daily\" (from {}): sliding window counter, 1000 per 86400s",
+                file.display()
+            ),
+            format!(
                 "policy \"login\" (from {}): sliding log, 5 per 900s",
                 file.display()
             ),
@@ -187,7 +199,10 @@ fn the_committed_policy_file_loads() {
     );
     let r = request(&server, "GET", "/api/hello", &[("x-api-key", "k")]);
     assert_eq!(r.status, 200);
-    assert_eq!(r.header("ratelimit-policy"), Some("\"api\";q=20;w=12"));
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some("\"api\";q=20;w=12, \"daily\";q=1000;w=86400")
+    );
 }
 
 #[test]
@@ -206,9 +221,9 @@ fn policies_from_a_yaml_file_replace_the_defaults() {
         "{:?}",
         server.preamble
     );
-    // `login` was left out: it keeps its default.
+    // `daily` and `login` were left out: they keep their defaults.
     assert!(
-        server.preamble[1].ends_with("sliding log, 5 per 900s"),
+        server.preamble[2].ends_with("sliding log, 5 per 900s"),
         "{:?}",
         server.preamble
     );
@@ -216,7 +231,10 @@ fn policies_from_a_yaml_file_replace_the_defaults() {
     for i in 0..3 {
         let r = request(&server, "GET", "/api/hello", &key);
         assert_eq!(r.status, 200, "request {i}");
-        assert_eq!(r.header("ratelimit-policy"), Some("\"api\";q=3;w=3600"));
+        assert_eq!(
+            r.header("ratelimit-policy"),
+            Some("\"api\";q=3;w=3600, \"daily\";q=1000;w=86400")
+        );
     }
     let r = request(&server, "GET", "/api/hello", &key);
     assert_eq!(r.status, 429);
@@ -237,7 +255,7 @@ fn an_invalid_policy_file_stops_the_server_with_the_field_named() {
         (
             "other.toml",
             "[[policies]]\nname = \"search\"\nalgorithm = \"sliding_log\"\nlimit = 1\nwindow = \"1s\"\n",
-            "policy \"search\": this server has the policies \"api\" and \"login\"",
+            "policy \"search\": this server has the policies \"api\", \"daily\" and \"login\"",
         ),
     ] {
         let file = dir.join(name);
@@ -343,4 +361,151 @@ fn unusable_api_keys_have_their_own_answers_and_cost_nothing() {
     let r = request(&server, "GET", "/api/hello", &[("x-api-key", "demo-key")]);
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-ratelimit-remaining"), Some("19"));
+}
+
+/// Writes `text` to a fresh file under the temporary directory.
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "ratelimit-server-{}-{}",
+        std::process::id(),
+        name.replace('.', "-")
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(name);
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+#[test]
+fn a_caller_over_its_daily_quota_keeps_its_per_minute_tokens() {
+    let file = temp_file(
+        "daily.toml",
+        "[[policies]]\nname = \"daily\"\nalgorithm = \"sliding_window\"\nlimit = 3\nwindow = \"1d\"\n",
+    );
+    let server = start_with(&["--config", file.to_str().unwrap()]);
+    let key = [("x-api-key", "daily-key")];
+    for i in 0..3 {
+        assert_eq!(
+            request(&server, "GET", "/api/hello", &key).status,
+            200,
+            "#{i}"
+        );
+    }
+    for i in 0..10 {
+        let r = request(&server, "GET", "/api/hello", &key);
+        assert_eq!(r.status, 429);
+        // The 429 names the daily policy: its limit, its Retry-After.
+        assert!(
+            r.body.contains("\"violated-policies\":[\"daily\"]"),
+            "{}",
+            r.body
+        );
+        assert_eq!(r.header("x-ratelimit-limit"), Some("3"));
+        let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+        assert!(retry > 60, "the daily quota's wait, not a token's: {retry}");
+        if i == 0 {
+            // The store's denial: the per-minute tokens were not spent on
+            // it, 17 left after three admitted (more if one refilled).
+            let state = r.header("ratelimit").unwrap();
+            let api_left: u64 = state
+                .strip_prefix("\"api\";r=")
+                .and_then(|rest| rest.split(';').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{state}"));
+            assert!(api_left >= 17, "{state}");
+        } else {
+            // The rest come from the deny cache, which knows the wait but
+            // not the numbers: it sends none rather than invent them.
+            assert_eq!(r.header("ratelimit"), None);
+            assert_eq!(r.header("x-ratelimit-remaining"), None);
+        }
+    }
+}
+
+/// One sample of the Prometheus text format: name, labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// Parses the Prometheus text format.
+fn prometheus_samples(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').expect("a value");
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let (k, v) = p.split_once('=').expect("label=value");
+                    (k.to_owned(), v.trim_matches('"').to_owned())
+                })
+                .collect();
+            (name.to_owned(), labels, value.parse().expect("a number"))
+        })
+        .collect()
+}
+
+#[test]
+fn metrics_count_the_decisions_of_a_scripted_run() {
+    let file = temp_file(
+        "metrics.toml",
+        "[[policies]]\nname = \"daily\"\nalgorithm = \"fixed_window\"\nlimit = 3\nwindow = \"1d\"\n",
+    );
+    let server = start_with(&["--config", file.to_str().unwrap()]);
+    let key = [("x-api-key", "metrics-key")];
+    // 3 admitted, then 4 denied: the first by the store, the rest from the
+    // deny cache (the store denied that cost until tomorrow).
+    for _ in 0..7 {
+        request(&server, "GET", "/api/hello", &key);
+    }
+    request(&server, "POST", "/login", &[]);
+    let r = request(&server, "GET", "/metrics", &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.header("x-ratelimit-limit").is_none(), "not limited");
+    let samples = prometheus_samples(&r.body);
+    let decisions = |ns: &str, outcome: &str, source: &str| -> f64 {
+        samples
+            .iter()
+            .filter(|(n, labels, _)| {
+                let has = |k: &str, v: &str| labels.iter().any(|(a, b)| a == k && b == v);
+                n == "ratelimit_decisions_total"
+                    && has("namespace", ns)
+                    && has("outcome", outcome)
+                    && has("source", source)
+            })
+            .map(|(_, _, v)| v)
+            .sum()
+    };
+    assert_eq!(decisions("api", "allowed", "store"), 3.0, "{}", r.body);
+    assert_eq!(decisions("api", "denied", "store"), 1.0, "{}", r.body);
+    assert_eq!(decisions("api", "denied", "cache"), 3.0, "{}", r.body);
+    assert_eq!(decisions("login", "allowed", "store"), 1.0, "{}", r.body);
+    // The denials name the daily policy; no caller key is ever a label.
+    assert!(
+        samples
+            .iter()
+            .any(|(n, labels, _)| n == "ratelimit_decisions_total"
+                && labels.iter().any(|(k, v)| k == "policy" && v == "daily"))
+    );
+    assert!(
+        !r.body.contains("metrics-key"),
+        "a caller key leaked into the metrics"
+    );
+    assert!(
+        samples
+            .iter()
+            .any(|(n, _, _)| n.starts_with("ratelimit_store_duration_seconds")),
+        "{}",
+        r.body
+    );
+    assert!(
+        samples
+            .iter()
+            .any(|(n, _, v)| n == "ratelimit_deny_cache_hits_total" && *v == 3.0),
+        "{}",
+        r.body
+    );
 }

@@ -56,10 +56,10 @@ impl Source {
 /// `retry_after` is set only when denied: the exact time after which the same
 /// call would be admitted, absent other traffic.
 ///
-/// When `source` is [`Source::FailOpen`] or [`Source::FailClosed`] no store
-/// was consulted: `remaining` and `reset_after` are unknown and set to
-/// zero, and [`crate::RateLimitHeaders`] leaves them out rather than invent
-/// them.
+/// When `source` is [`Source::FailOpen`], [`Source::FailClosed`] or
+/// [`Source::Cache`] no store was consulted: `remaining` and `reset_after`
+/// are unknown and set to zero, and [`crate::RateLimitHeaders`] leaves them
+/// out rather than invent them (a cached denial keeps its `Retry-After`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     /// Whether the call is admitted.
@@ -112,10 +112,14 @@ impl Decision {
     }
 
     /// Whether the numbers (`remaining`, `reset_after`) are known: the store,
-    /// the fallback store, the deny cache or a shadowed store decision made
-    /// it, as opposed to the failure policy.
+    /// the fallback store or a shadowed store decision made it, as opposed
+    /// to the failure policy or the deny cache (which knows only that the
+    /// call is denied and for how long at least).
     pub fn is_from_store(&self) -> bool {
-        !matches!(self.source, Source::FailOpen | Source::FailClosed)
+        matches!(
+            self.source,
+            Source::Store | Source::Fallback | Source::Shadow
+        )
     }
 }
 

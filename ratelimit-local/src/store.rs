@@ -4,8 +4,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dashmap::DashMap;
-use ratelimit_core::model::{self, State};
+use ratelimit_core::model::{self, Charge, State};
 use ratelimit_core::{Clock, Decision, Micros, Quota, Result, Store, SystemClock};
+
+use crate::multi::MultiMap;
 
 /// The default minimum clock time between two automatic sweeps.
 const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -25,6 +27,7 @@ struct Entry {
 /// after their derived TTL by an amortized sweep (see the crate docs).
 pub struct DashMapStore {
     map: DashMap<Box<[u8]>, Entry>,
+    multi: MultiMap,
     clock: Arc<dyn Clock>,
     sweep_interval: Micros,
     next_sweep: AtomicU64,
@@ -58,6 +61,7 @@ impl DashMapStore {
         let interval = ratelimit_core::clock::duration_to_micros(DEFAULT_SWEEP_INTERVAL);
         Self {
             map: DashMap::new(),
+            multi: MultiMap::default(),
             next_sweep: AtomicU64::new(clock.now().saturating_add(interval)),
             clock,
             sweep_interval: interval,
@@ -72,14 +76,16 @@ impl DashMapStore {
         self
     }
 
-    /// Number of callers with stored state (including expired ones not yet swept).
+    /// Number of callers with stored state (including expired ones not yet
+    /// swept): one per caller and quota, and one per caller checked against
+    /// several quotas at once.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.map.len() + self.multi.len()
     }
 
     /// Whether no caller has stored state.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 
     /// Removes every entry whose TTL has passed; returns how many were removed.
@@ -88,7 +94,9 @@ impl DashMapStore {
         let before = self.map.len();
         self.map.retain(|_, e| e.expires_at > now);
         self.map.shrink_to_fit();
-        before.saturating_sub(self.map.len())
+        let multi = self.multi.sweep(now);
+        self.multi.shrink_to_fit();
+        before.saturating_sub(self.map.len()) + multi
     }
 
     fn maybe_sweep(&self, now: Micros) {
@@ -104,6 +112,7 @@ impl DashMapStore {
             .is_ok()
         {
             self.map.retain(|_, e| e.expires_at > now);
+            self.multi.sweep(now);
         }
     }
 }
@@ -188,6 +197,17 @@ impl DashMapStore {
 impl Store for DashMapStore {
     async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
         self.decide_now(key, quota, cost)
+    }
+
+    /// All or nothing under one lock: see the `multi` module docs.
+    async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
+        let now = self.clock.now();
+        self.maybe_sweep(now);
+        self.multi.decide_all(key, charges, now)
+    }
+
+    fn atomic_all(&self) -> bool {
+        true
     }
 
     fn clock(&self) -> Option<Arc<dyn Clock>> {

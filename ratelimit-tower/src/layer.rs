@@ -15,7 +15,9 @@ pub(crate) struct Config {
     pub(crate) limiter: Limiter,
     pub(crate) key: KeyExtractor,
     pub(crate) missing: MissingKey,
-    pub(crate) policies: Policies,
+    /// `None`: every request is checked against all of the limiter's
+    /// quotas at once (all or nothing).
+    pub(crate) policies: Option<Policies>,
     pub(crate) cost: Cost,
 }
 
@@ -30,10 +32,15 @@ pub(crate) struct Config {
 /// | caller key | client IP ([`KeyExtractor::client_ip`]) | [`RateLimitLayer::key`] |
 /// | no key | `400` problem+json | [`RateLimitLayer::on_missing_key`] |
 /// | a present but unusable key ([`crate::KeyError`]) | `431` or `400` problem+json | not configurable |
-/// | quota | the limiter's first quota, for every request | [`RateLimitLayer::policies`] |
+/// | quotas | all of the limiter's quotas, all or nothing, for every request | [`RateLimitLayer::policies`] |
 /// | cost | 1 | [`RateLimitLayer::cost`] |
 ///
-/// Several quotas for one service (per plan, per route) are [`Policies`];
+/// A limiter with several quotas ("10 per second and 1,000 per day") checks
+/// every request against all of them in one store call: a request is
+/// admitted only if every quota admits it, a denied request is counted in
+/// none, `RateLimit-Policy`/`RateLimit` list every quota, and `Retry-After`
+/// and `X-RateLimit-*` follow the binding one. One quota *chosen* per
+/// request (per plan, per route) is [`Policies`];
 /// a different *failure policy* for some routes (fail closed for logins,
 /// open for the rest) needs a second limiter, hence a second layer on
 /// those routes.
@@ -70,19 +77,15 @@ pub struct RateLimitLayer {
 }
 
 impl RateLimitLayer {
-    /// A layer over `limiter`: every request is checked against the
-    /// limiter's first quota, keyed by client IP, at cost 1.
+    /// A layer over `limiter`: every request is checked against all of the
+    /// limiter's quotas, keyed by client IP, at cost 1.
     pub fn new(limiter: Limiter) -> Self {
-        let policies = match limiter.quotas().first() {
-            Some(q) => Policies::new().default_quota(q.clone()),
-            None => Policies::new(),
-        };
         Self {
             config: Arc::new(Config {
                 limiter,
                 key: KeyExtractor::default(),
                 missing: MissingKey::default(),
-                policies,
+                policies: None,
                 cost: Cost::default(),
             }),
         }
@@ -100,10 +103,10 @@ impl RateLimitLayer {
         self
     }
 
-    /// Which quota applies to which request (replaces the default of the
-    /// limiter's first quota for everything).
+    /// Which one quota applies to which request (replaces the default: all
+    /// of the limiter's quotas for every request).
     pub fn policies(mut self, policies: Policies) -> Self {
-        Arc::make_mut(&mut self.config).policies = policies;
+        Arc::make_mut(&mut self.config).policies = Some(policies);
         self
     }
 

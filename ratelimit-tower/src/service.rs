@@ -24,7 +24,8 @@ use crate::problem::{
 /// read it, e.g. with axum's `Extension<RateLimitInfo>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateLimitInfo {
-    /// The name of the policy the request was checked against.
+    /// The name of the policy the request was checked against (with
+    /// several quotas: the binding one, the least remaining).
     pub policy: String,
     /// The caller key.
     pub key: String,
@@ -141,8 +142,13 @@ where
         let config = Arc::clone(&self.config);
         let (mut parts, body) = req.into_parts();
 
-        let Some(quota) = config.policies.resolve(&parts) else {
-            return pass_through(inner.call(Request::from_parts(parts, body)));
+        // One chosen quota, or (no `Policies`) all of the limiter's quotas.
+        let quota = match &config.policies {
+            Some(policies) => match policies.resolve(&parts) {
+                Some(q) => Some(q),
+                None => return pass_through(inner.call(Request::from_parts(parts, body))),
+            },
+            None => None,
         };
         let key = match config.key.extract(&parts) {
             Ok(Some(key)) => key,
@@ -169,8 +175,27 @@ where
         RateLimitFuture {
             inner: Box::pin(async move {
                 let limiter = &config.limiter;
-                let decision = match limiter.check_quota(&quota, key.as_bytes(), cost).await {
-                    Ok(decision) => decision,
+                let checked = match &quota {
+                    Some(q) => limiter
+                        .check_quota(q, key.as_bytes(), cost)
+                        .await
+                        .map(|d| (d.clone(), limiter.headers_for(&d, q), q.clone(), vec![])),
+                    None => limiter.check_all(key.as_bytes(), cost).await.map(|v| {
+                        let headers = limiter.headers_all(&v);
+                        let quota = limiter.quotas()[v.binding].clone();
+                        let violated = v
+                            .quotas
+                            .iter()
+                            .zip(limiter.quotas())
+                            .enumerate()
+                            .filter(|(i, (d, _))| !d.allowed && !limiter.is_shadow(*i))
+                            .map(|(_, (_, q))| q.name().to_owned())
+                            .collect();
+                        (v.decision, headers, quota, violated)
+                    }),
+                };
+                let (decision, headers, quota, violated) = match checked {
+                    Ok(c) => c,
                     Err(e) => {
                         let problem = Problem::new(
                             COST_TOO_HIGH_TYPE,
@@ -180,7 +205,6 @@ where
                         return Ok(problem.into_response());
                     }
                 };
-                let headers = limiter.headers_for(&decision, &quota);
                 if !decision.allowed {
                     // The key is not logged: it may be an API key.
                     tracing::debug!(
@@ -188,7 +212,7 @@ where
                         source = ?decision.source,
                         "rate limit: request denied"
                     );
-                    return Ok(denied(&decision, &quota, &headers));
+                    return Ok(denied(&decision, &quota, &violated, &headers));
                 }
                 parts.extensions.insert(RateLimitInfo {
                     policy: quota.name().to_owned(),
@@ -253,6 +277,7 @@ fn invalid_key<B>(config: &Config, error: &KeyError) -> Response<ResponseBody<B>
 fn denied<B>(
     decision: &Decision,
     quota: &Quota,
+    violated: &[String],
     headers: &RateLimitHeaders,
 ) -> Response<ResponseBody<B>> {
     let name = quota.name();
@@ -278,7 +303,11 @@ fn denied<B>(
                 quota.limit()
             ),
         );
-        p.violated_policies = Some(vec![name.to_owned()]);
+        p.violated_policies = Some(if violated.is_empty() {
+            vec![name.to_owned()]
+        } else {
+            violated.to_vec()
+        });
         p
     };
     let mut response = problem.into_response();

@@ -7,20 +7,27 @@
 //! cargo run -p ratelimit-examples --bin server -- --config examples/policies.toml
 //! ```
 //!
-//! - `GET /api/hello`, `POST /api/orders`: the per-API-key plan, "100 per
-//!   minute, burst 20" (token bucket), keyed by `x-api-key`; no key is a
-//!   `401`, a key over 256 bytes a `431`, the header sent twice a `400`.
-//!   Fails **open**: a store outage must not become an API outage.
+//! - `GET /api/hello`, `POST /api/orders`: the per-API-key plan, two quotas
+//!   decided all or nothing: "100 per minute, burst 20" (policy `api`, token
+//!   bucket) and "1,000 per day" (policy `daily`, sliding window counter),
+//!   keyed by `x-api-key`; a caller over its daily quota gets a 429 naming
+//!   `daily` and keeps its per-minute tokens. No key is a `401`, a key over
+//!   256 bytes a `431`, the header sent twice a `400`. Fails **open**: a
+//!   store outage must not become an API outage. Repeated 429s are answered
+//!   from the limiter's deny cache without a store round trip.
 //! - `POST /login`: 5 attempts per 15 minutes per client IP (sliding log,
 //!   exact in every trailing window). Fails **closed** (`503`): a store
 //!   outage must not hand a password guesser unlimited attempts.
 //! - `GET /`: a short description, not limited.
+//! - `GET /metrics`: the limiters' metrics in the Prometheus text format
+//!   (decisions by policy, outcome and source; store latency; failures;
+//!   breaker; deny-cache hits), not limited.
 //!
 //! Any other URL is a plain `404` (and a wrong method a `405`): not counted,
 //! no rate-limit headers.
 //!
-//! `--config FILE` reads the policies `api` and `login` from a TOML, YAML or
-//! JSON file (see `examples/policies.toml`); a policy the file leaves out
+//! `--config FILE` reads the policies `api`, `daily` and `login` from a
+//! TOML, YAML or JSON file (see `examples/policies.toml`); a policy the file leaves out
 //! keeps its default above, and any other name is an error.
 
 use std::net::SocketAddr;
@@ -34,14 +41,14 @@ use axum::{Extension, Router};
 use http::HeaderName;
 use ratelimit::tower::RateLimitInfo;
 use ratelimit::{
-    Algorithm, DashMapStore, FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota, Rate,
-    RateLimitLayer, RedisStore, Store,
+    Algorithm, DashMapStore, DenyCache, FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota,
+    Rate, RateLimitLayer, RedisStore, Store,
 };
 
 const USAGE: &str = "usage: server [--addr <HOST:PORT>] [--redis <URL>] [--config <FILE>]\n\
     \n  --addr    listen address (default 127.0.0.1:3000)\
     \n  --redis   share limits through Redis at URL (default: in-process store)\
-    \n  --config  read the policies \"api\" and \"login\" from a .toml, .yaml or .json file";
+    \n  --config  read the policies \"api\", \"daily\" and \"login\" from a .toml, .yaml or .json file";
 
 struct Args {
     addr: SocketAddr,
@@ -71,17 +78,20 @@ fn parse_args() -> Result<Option<Args>, String> {
     Ok(Some(args))
 }
 
-/// The two policies the server enforces.
+/// The policies the server enforces.
 struct Policies {
     api: Quota,
+    daily: Quota,
     login: Quota,
 }
 
 impl Policies {
-    /// The plan as sold, "100 per minute, burst 20"; logins 5 per 15 minutes.
+    /// The plan as sold, "100 per minute, burst 20, and 1,000 per day";
+    /// logins 5 per 15 minutes.
     fn defaults() -> Result<Self, ratelimit::ConfigError> {
         Ok(Self {
             api: Quota::token_bucket(Rate::per_minute(100), 20)?.named("api")?,
+            daily: Quota::sliding_window(Rate::per_day(1_000))?.named("daily")?,
             login: Quota::sliding_log(Rate::new(5, Duration::from_secs(15 * 60)))?
                 .named("login")?,
         })
@@ -94,11 +104,12 @@ impl Policies {
         for quota in quotas {
             match quota.name() {
                 "api" => policies.api = quota,
+                "daily" => policies.daily = quota,
                 "login" => policies.login = quota,
                 other => {
                     return Err(format!(
-                        "policy {other:?}: this server has the policies \"api\" and \"login\"; \
-                         rename or remove {other:?}"
+                        "policy {other:?}: this server has the policies \"api\", \"daily\" and \
+                         \"login\"; rename or remove {other:?}"
                     ));
                 }
             }
@@ -132,6 +143,8 @@ fn layers(
 ) -> Result<(RateLimitLayer, RateLimitLayer), Box<dyn std::error::Error>> {
     let api = Limiter::builder_arc(Arc::clone(&store))
         .quota(policies.api)
+        .quota(policies.daily)
+        .deny_cache(DenyCache::default())
         .namespace("api")?
         .failure_policy(FailurePolicy::FailOpen)
         .timeout(Duration::from_millis(50))
@@ -155,9 +168,10 @@ fn layers(
 
 async fn index() -> &'static str {
     "ratelimit example server\n\
-     GET  /api/hello   policy \"api\" per x-api-key (default: 100/min, burst 20, token bucket; fails open)\n\
+     GET  /api/hello   policies \"api\" and \"daily\" per x-api-key (default: 100/min, burst 20, token bucket; and 1,000/day, sliding window; fails open)\n\
      POST /api/orders  same policy; send an Idempotency-Key, 429s invite retries\n\
-     POST /login       policy \"login\" per client IP (default: 5 per 15 min, sliding log; fails closed)\n"
+     POST /login       policy \"login\" per client IP (default: 5 per 15 min, sliding log; fails closed)\n\
+     GET  /metrics     the limiters' metrics, Prometheus text format\n"
 }
 
 async fn hello(Extension(info): Extension<RateLimitInfo>) -> String {
@@ -167,7 +181,7 @@ async fn hello(Extension(info): Extension<RateLimitInfo>) -> String {
             info.key, info.decision.remaining, info.decision.limit, info.policy
         ),
         _ => format!(
-            "hello, {}: the limiter's store is down; admitted uncounted\n",
+            "hello, {}: the limiter's store is unavailable; admitted by the fail-open policy\n",
             info.key
         ),
     }
@@ -210,8 +224,10 @@ async fn main() -> ExitCode {
         None => "default".to_owned(),
     };
     let summary = format!(
-        "policy \"api\" ({source}): {}\npolicy \"login\" ({source}): {}",
+        "policy \"api\" ({source}): {}\npolicy \"daily\" ({source}): {}\npolicy \"login\" \
+         ({source}): {}",
         describe(&policies.api),
+        describe(&policies.daily),
         describe(&policies.login)
     );
     let (store, backend): (Arc<dyn Store>, String) = match &args.redis {
@@ -238,8 +254,22 @@ async fn main() -> ExitCode {
     // Each limit wraps only its handlers (`route_layer` on the method
     // router): an unknown URL (404) or a wrong method (405) never reaches a
     // limiter, so it costs no login attempt and is never answered 429 or 503.
+    // Metrics through the `metrics` facade, rendered by the Prometheus
+    // exporter's recorder (no listener of its own: `/metrics` is a route).
+    let prometheus = match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()
+    {
+        Ok(handle) => handle,
+        Err(e) => {
+            eprintln!("cannot install the metrics recorder: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let app = Router::new()
         .route("/", get(index))
+        .route(
+            "/metrics",
+            get(move || std::future::ready(prometheus.render())),
+        )
         .route("/api/hello", get(hello).route_layer(api.clone()))
         .route("/api/orders", post(order).route_layer(api))
         .route("/login", post(login).route_layer(login_limit));

@@ -247,7 +247,8 @@ impl fmt::Display for Violation {
 
 impl std::error::Error for Violation {}
 
-/// Runs every contract, 1 to 9, and returns the first violation.
+/// Runs every contract, 1 to 9, and returns the first violation
+/// (contract 11, [`quotas_atomic`], is run on its own).
 ///
 /// Contracts 1-8, shared state and the exact concurrency check run on an
 /// injected clock; when `config.server_clock` is set, a second concurrency
