@@ -24,8 +24,10 @@
 //! The client libraries' own retry loops cannot tell these cases apart
 //! (redis-rs re-sends after a timeout or a dropped connection; fred after a
 //! connection closes with the command in flight), so the store turns them
-//! off where it builds the client itself and asks for the same when you
-//! bring your own (see the crate docs).
+//! off: redis-rs with `retries(0)` where it builds the client (and asks for
+//! the same when you bring your own), fred with a per-command
+//! `max_attempts = 1` on every script, whatever the client's configuration
+//! (see the crate docs).
 
 use std::time::Duration;
 
