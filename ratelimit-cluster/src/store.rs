@@ -29,8 +29,8 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(200);
 ///
 /// As [`Store`]: each decision is one run of the algorithm's script (see
 /// [`ratelimit_redis::scripts`]) on the master of the caller's slot, atomic
-/// there. Every key of one caller carries the hash tag `{<escaped caller>}`
-/// ([`ratelimit_redis::keys`]), so all of a caller's keys live in one slot
+/// there. Every key of one caller carries the hash tag `{<tag>}` (the
+/// escaped caller, hashed when long: [`ratelimit_redis::keys`]), so all of a caller's keys live in one slot
 /// whatever bytes the caller holds. `MOVED`, `ASK`, `NOSCRIPT`, `TRYAGAIN`
 /// and the other errors that prove the script did not run are handled
 /// inside the call; an error after which the script may have run is
@@ -118,7 +118,7 @@ impl ClusterStore {
     }
 
     /// The Redis key that holds `caller`'s state under `quota`:
-    /// `<prefix>:{<escaped caller>}:<policy>:<algorithm>`.
+    /// `<prefix>:{<tag>}:<policy>:<algorithm>` (see [`keys::key`]).
     pub fn key(&self, caller: &[u8], quota: &Quota) -> String {
         keys::key(&self.prefix, caller, quota)
     }
