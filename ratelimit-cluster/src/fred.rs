@@ -19,17 +19,21 @@ use ratelimit_redis::scripts::Script;
 
 use crate::retry::{self, Failure, Next, Route};
 
-/// fred's own messages for a command it never sent.
-const NOT_SENT: &[&str] = &[
+/// fred's own messages for a command it never sent because no connection
+/// could take it.
+const UNREACHABLE: &[&str] = &[
     "Failed to route command",
-    "Too many redirections",
-    "Missing cluster routing state",
     "Failed connecting to any cluster node",
 ];
 
+/// fred's own messages for a command it never sent for other reasons.
+const NOT_SENT: &[&str] = &["Too many redirections", "Missing cluster routing state"];
+
 fn failure(err: fred::error::Error) -> Failure {
     let next = retry::classify_reply(err.details()).unwrap_or_else(|| {
-        if NOT_SENT.iter().any(|m| err.details().starts_with(m)) {
+        if UNREACHABLE.iter().any(|m| err.details().starts_with(m)) {
+            Next::Unreachable
+        } else if NOT_SENT.iter().any(|m| err.details().starts_with(m)) {
             Next::Backoff
         } else {
             Next::Fail
