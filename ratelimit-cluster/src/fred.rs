@@ -2,29 +2,38 @@
 //!
 //! fred follows `MOVED` and `ASK` itself (up to its `max_redirections`) and
 //! keeps its own slot map; the store adds the `NOSCRIPT` fallback and the
-//! retries of [`crate::retry`]. Build the client with
-//! `ConnectionConfig::max_command_attempts = 1`, so fred never re-sends a
-//! script whose connection closed with it in flight (see the crate docs).
+//! retries of [`crate::retry`]. Every script command is sent with fred's
+//! per-command option `max_attempts = 1` (through `ClientLike::with_options`
+//! and fred's `custom` command, since its `LuaInterface` ignores per-command
+//! options), whatever the client's `ConnectionConfig::max_command_attempts`:
+//! fred never re-sends a script whose connection closed with it in flight,
+//! which would count the request twice.
 
 use fred::clients::Client;
-use fred::interfaces::LuaInterface;
+use fred::interfaces::{ClientLike, LuaInterface};
+use fred::types::config::Options;
+use fred::types::{ClusterHash, CustomCommand, Value};
 use ratelimit_core::StoreError;
 use ratelimit_redis::error;
 use ratelimit_redis::scripts::Script;
 
 use crate::retry::{self, Failure, Next, Route};
 
-/// fred's own messages for a command it never sent.
-const NOT_SENT: &[&str] = &[
+/// fred's own messages for a command it never sent because no connection
+/// could take it.
+const UNREACHABLE: &[&str] = &[
     "Failed to route command",
-    "Too many redirections",
-    "Missing cluster routing state",
     "Failed connecting to any cluster node",
 ];
 
+/// fred's own messages for a command it never sent for other reasons.
+const NOT_SENT: &[&str] = &["Too many redirections", "Missing cluster routing state"];
+
 fn failure(err: fred::error::Error) -> Failure {
     let next = retry::classify_reply(err.details()).unwrap_or_else(|| {
-        if NOT_SENT.iter().any(|m| err.details().starts_with(m)) {
+        if UNREACHABLE.iter().any(|m| err.details().starts_with(m)) {
+            Next::Unreachable
+        } else if NOT_SENT.iter().any(|m| err.details().starts_with(m)) {
             Next::Backoff
         } else {
             Next::Fail
@@ -47,12 +56,27 @@ pub(crate) async fn eval(
     _route: &Route,
     source: bool,
 ) -> Result<Vec<i64>, Failure> {
-    let reply: Result<Vec<i64>, fred::error::Error> = if source {
-        client.eval(script.lua(), key, args.to_vec()).await
+    let slot = fred::util::redis_keyslot(key.as_bytes());
+    let (name, body) = if source {
+        ("EVAL", script.lua())
     } else {
-        client.evalsha(script.sha1(), key, args.to_vec()).await
+        ("EVALSHA", script.sha1())
     };
-    reply.map_err(failure)
+    let command = CustomCommand::new_static(name, ClusterHash::Custom(slot), false);
+    let mut values: Vec<Value> = Vec::with_capacity(3 + args.len());
+    values.push(body.into());
+    values.push(1_i64.into());
+    values.push(key.into());
+    values.extend(args.iter().map(|a| Value::from(a.as_str())));
+    let once = Options {
+        max_attempts: Some(1),
+        ..Options::default()
+    };
+    client
+        .with_options(&once)
+        .custom(command, values)
+        .await
+        .map_err(failure)
 }
 
 /// `SCRIPT LOAD` of every script on every primary.
@@ -71,9 +95,11 @@ impl crate::ClusterStore {
     /// with `init()`), with prefix `rl`, the server's clock and a per-call
     /// bound of [`crate::DEFAULT_CALL_TIMEOUT`].
     ///
-    /// Build the client with `ConnectionConfig::max_command_attempts = 1`
-    /// (fred re-sends a command whose connection closed while it was in
-    /// flight, which can count a request twice) and a
+    /// Any `ConnectionConfig::max_command_attempts` is fine: the store sends
+    /// every script with fred's per-command `max_attempts = 1`, so a script
+    /// whose reply was lost is never sent again (fred would otherwise re-send
+    /// a command whose connection closed while it was in flight, counting a
+    /// request twice). Give the client a
     /// `PerformanceConfig::default_command_timeout` (fred's default is none).
     pub fn from_fred(client: Client) -> Self {
         Self::from_backend(crate::connection::Backend::Fred(client))

@@ -13,7 +13,7 @@
 //! | `NOSCRIPT` | the node does not have the script (new master, restart) | sends `EVAL` with the source (which caches it) |
 //! | `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `BUSY` | refused before execution | waits a little and retries |
 //! | `READONLY` | a demoted master refused the first write; our scripts write nothing before it | waits and retries |
-//! | connection refused, no connection to the node | nothing was sent | waits and retries |
+//! | connection refused, no connection to the node | nothing was sent | waits and retries through the slot map |
 //!
 //! Everything else is returned as an error: timeouts, dropped connections
 //! and I/O errors after the request was sent (transient; the limiter's
@@ -21,11 +21,40 @@
 //! transient). Retries stop at the store's timeout and after
 //! [`MAX_ATTEMPTS`] attempts, whichever comes first.
 //!
+//! # Pacing: no redirect storm during a failover
+//!
+//! While a master is dead and not yet replaced, the other nodes answer
+//! `MOVED` to it and it refuses connections; following each `MOVED` at once
+//! made every call bounce between them until its attempts ran out (about
+//! 2,500 `MOVED` and 3,800 retries in 2 s of failover, 600 callers). So:
+//!
+//! - the first `MOVED` or `ASK` of a call is followed at once (a resharding
+//!   costs one extra round trip); every later attempt of the call first
+//!   waits [`backoff`]: jittered, exponential from 2 ms, at most 64 ms, and
+//!   never past the store's timeout;
+//! - a `MOVED` to a node that has just refused this call's connection is
+//!   not followed: the client library refreshes its slot map on every
+//!   `MOVED` (redis-rs rebuilds it, fred re-reads `CLUSTER SLOTS`), so the
+//!   store waits and retries through the slot map instead of bouncing;
+//! - a call retries at most [`MAX_RETRIES`] times after errors that say the
+//!   cluster cannot serve it now (refused or missing connections,
+//!   `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`, `LOADING`, `BUSY`,
+//!   `READONLY`); then it fails with a transient error, and the limiter's
+//!   failure policy (and circuit breaker) decide until the cluster has
+//!   promoted a replica. A failover takes seconds (`cluster-node-timeout`
+//!   plus the election): retrying one call for longer only adds load.
+//!
+//! Redirects themselves (`MOVED` to a live node, `ASK`) are not limited
+//! beyond [`MAX_ATTEMPTS`] and the timeout: during a resharding they lead
+//! to the key.
+//!
 //! The client libraries' own retry loops cannot tell these cases apart
 //! (redis-rs re-sends after a timeout or a dropped connection; fred after a
 //! connection closes with the command in flight), so the store turns them
-//! off where it builds the client itself and asks for the same when you
-//! bring your own (see the crate docs).
+//! off: redis-rs with `retries(0)` where it builds the client (and asks for
+//! the same when you bring your own), fred with a per-command
+//! `max_attempts = 1` on every script, whatever the client's configuration
+//! (see the crate docs).
 
 use std::time::Duration;
 
@@ -33,6 +62,17 @@ use ratelimit_core::StoreError;
 
 /// The most attempts one decision makes (redirects and retries included).
 pub const MAX_ATTEMPTS: u32 = 16;
+
+/// The most retries one decision makes after errors that say the cluster
+/// cannot serve it now (refused or missing connections, `CLUSTERDOWN`,
+/// `TRYAGAIN`, ...): see the module docs.
+pub const MAX_RETRIES: u32 = 2;
+
+/// The first wait of [`backoff`]: 2 ms.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(2);
+
+/// The longest wait of [`backoff`]: 64 ms.
+pub const BACKOFF_MAX: Duration = Duration::from_millis(64);
 
 /// A node address from a redirect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,11 +103,12 @@ pub(crate) enum Next {
     Ask(Addr),
     /// Send the source with `EVAL`, same route.
     NoScript,
-    /// Wait, then retry through the slot map.
+    /// Refused before running (`TRYAGAIN`, `CLUSTERDOWN`, ...): wait, then
+    /// retry through the slot map.
     Backoff,
-    /// The route named a node the client has no connection to: retry
-    /// through the slot map at once.
-    Reroute,
+    /// The node could not be reached (connection refused, no connection to
+    /// it): nothing was sent; wait, then retry through the slot map.
+    Unreachable,
 }
 
 /// A failed attempt: the error, and what it allows next.
@@ -129,21 +170,36 @@ pub(crate) fn classify_redis(err: &redis::RedisError) -> Next {
     }
     if err.is_connection_refusal()
         || matches!(err.kind(), redis::ErrorKind::ClusterConnectionNotFound)
+        || (matches!(err.kind(), redis::ErrorKind::Client)
+            && err.to_string().contains("connection not found"))
     {
-        return Next::Backoff;
-    }
-    if matches!(err.kind(), redis::ErrorKind::Client)
-        && err.to_string().contains("connection not found")
-    {
-        return Next::Reroute;
+        return Next::Unreachable;
     }
     Next::Fail
 }
 
-/// How long to wait before retry `attempt` (1-based) after a backoff error:
-/// 5 ms doubling to at most 80 ms.
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(5u64 << attempt.saturating_sub(1).min(4))
+/// How long to wait before the `n`-th paced attempt of a call (1-based):
+/// [`BACKOFF_BASE`] doubling up to [`BACKOFF_MAX`], then a random
+/// fraction between a half and the whole of it (jitter, so that calls
+/// that failed together do not retry together).
+pub fn backoff(n: u32) -> Duration {
+    let ceiling = (BACKOFF_BASE * (1u32 << n.saturating_sub(1).min(10))).min(BACKOFF_MAX);
+    let half = ceiling / 2;
+    half + half.mul_f64(jitter())
+}
+
+/// A number in `[0, 1)`, different on every call (from the standard
+/// library's randomly keyed hasher: no dependency, good enough to spread
+/// retries).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos().into()),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]
@@ -186,7 +242,7 @@ mod tests {
     fn redis_errors() {
         let refused =
             redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
-        assert_eq!(classify_redis(&refused), Next::Backoff);
+        assert_eq!(classify_redis(&refused), Next::Unreachable);
         let timeout = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         assert_eq!(classify_redis(&timeout), Next::Fail);
         let reset =
@@ -195,9 +251,16 @@ mod tests {
     }
 
     #[test]
-    fn backoff_is_bounded() {
-        assert_eq!(backoff(1), Duration::from_millis(5));
-        assert_eq!(backoff(2), Duration::from_millis(10));
-        assert_eq!(backoff(100), Duration::from_millis(80));
+    fn backoff_is_jittered_exponential_and_bounded() {
+        for _ in 0..100 {
+            let b1 = backoff(1);
+            assert!(b1 >= Duration::from_millis(1) && b1 <= Duration::from_millis(2));
+            let b3 = backoff(3);
+            assert!(b3 >= Duration::from_millis(4) && b3 <= Duration::from_millis(8));
+            let b = backoff(100);
+            assert!(b >= BACKOFF_MAX / 2 && b <= BACKOFF_MAX);
+        }
+        let waits: std::collections::HashSet<Duration> = (0..20).map(|_| backoff(6)).collect();
+        assert!(waits.len() > 1, "no jitter");
     }
 }

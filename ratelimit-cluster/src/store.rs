@@ -10,7 +10,7 @@ use ratelimit_redis::{decode, keys, scripts};
 use tokio::time::Instant;
 
 use crate::connection::Backend;
-use crate::retry::{self, MAX_ATTEMPTS, Next, Route};
+use crate::retry::{self, Addr, MAX_ATTEMPTS, MAX_RETRIES, Next, Route};
 use crate::stats::{ClusterStats, Counters, bump};
 
 /// Default bound on one whole decision, redirects and retries included: 200 ms.
@@ -29,8 +29,8 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(200);
 ///
 /// As [`Store`]: each decision is one run of the algorithm's script (see
 /// [`ratelimit_redis::scripts`]) on the master of the caller's slot, atomic
-/// there. Every key of one caller carries the hash tag `{<escaped caller>}`
-/// ([`ratelimit_redis::keys`]), so all of a caller's keys live in one slot
+/// there. Every key of one caller carries the hash tag `{<tag>}` (the
+/// escaped caller, hashed when long: [`ratelimit_redis::keys`]), so all of a caller's keys live in one slot
 /// whatever bytes the caller holds. `MOVED`, `ASK`, `NOSCRIPT`, `TRYAGAIN`
 /// and the other errors that prove the script did not run are handled
 /// inside the call; an error after which the script may have run is
@@ -118,7 +118,7 @@ impl ClusterStore {
     }
 
     /// The Redis key that holds `caller`'s state under `quota`:
-    /// `<prefix>:{<escaped caller>}:<policy>:<algorithm>`.
+    /// `<prefix>:{<tag>}:<policy>:<algorithm>` (see [`keys::key`]).
     pub fn key(&self, caller: &[u8], quota: &Quota) -> String {
         keys::key(&self.prefix, caller, quota)
     }
@@ -161,6 +161,13 @@ impl ClusterStore {
         let mut route = Route::Key;
         let mut source = false;
         let mut attempt = 0;
+        // Attempts that wait first (every one after the first redirect),
+        // and retries after "cannot serve now" errors: see `retry`.
+        let mut paced = 0;
+        let mut retries = 0;
+        let mut redirected = false;
+        // The redirect target that refused this call's connection.
+        let mut refused: Option<Addr> = None;
         loop {
             attempt += 1;
             let failure = match self
@@ -174,48 +181,70 @@ impl ClusterStore {
                 }
                 Err(failure) => failure,
             };
-            let mut wait = None;
+            let sent_to = std::mem::replace(&mut route, Route::Key);
+            let mut pace = true;
             match failure.next {
                 Next::Fail => return Err(failure.error),
+                Next::Moved(addr) if refused.as_ref() == Some(&addr) => {
+                    // Back to a node that just refused: its master is dead
+                    // and the slot map stale. Do not bounce: retry through
+                    // the slot map, which the client refreshes on `MOVED`.
+                    bump(&c.moved);
+                    retries += 1;
+                }
                 Next::Moved(addr) => {
                     bump(&c.moved);
+                    pace = redirected;
+                    redirected = true;
                     route = Route::Moved(addr);
                 }
                 Next::Ask(addr) => {
                     bump(&c.ask);
+                    pace = redirected;
+                    redirected = true;
                     route = Route::Ask(addr);
                 }
                 // Same route: an ASK target needs ASKING again.
                 Next::NoScript if !source => {
                     bump(&c.noscript);
                     source = true;
+                    route = sent_to;
+                    pace = false;
                 }
                 // EVAL with the source cannot answer NOSCRIPT: a server
                 // that does is not one this store can use.
                 Next::NoScript => return Err(failure.error),
                 Next::Backoff => {
                     bump(&c.retries);
-                    route = Route::Key;
-                    wait = Some(retry::backoff(attempt));
+                    retries += 1;
                 }
-                Next::Reroute => {
+                Next::Unreachable => {
                     bump(&c.retries);
-                    route = Route::Key;
+                    retries += 1;
+                    if let Route::Moved(addr) | Route::Ask(addr) = sent_to {
+                        refused = Some(addr);
+                    }
                 }
             }
-            let resume = Instant::now() + wait.unwrap_or_default();
-            if attempt >= MAX_ATTEMPTS || resume >= deadline {
-                tracing::debug!(attempt, error = %failure.error, "cluster store gives up");
+            let wait = if pace {
+                paced += 1;
+                retry::backoff(paced)
+            } else {
+                Duration::ZERO
+            };
+            if attempt >= MAX_ATTEMPTS || retries > MAX_RETRIES || Instant::now() + wait >= deadline
+            {
+                tracing::debug!(attempt, retries, error = %failure.error, "cluster store gives up");
                 return Err(StoreError::backend(
                     format!(
-                        "redis cluster: no decision after {attempt} attempts within {:?}",
+                        "redis cluster: no decision after {attempt} attempts ({retries} retries) within {:?}",
                         self.timeout
                     ),
                     true,
                     failure.error,
                 ));
             }
-            if let Some(wait) = wait {
+            if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
             }
         }

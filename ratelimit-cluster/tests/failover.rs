@@ -3,6 +3,12 @@
 //! its timeout, by its failure policy during the gap, and returns to store
 //! decisions once the replica is promoted. The gap and the number of policy
 //! decisions are measured and printed (`FAILOVER ...` lines).
+//!
+//! Beside the limiter, tasks call the store directly (no circuit breaker in
+//! front) for 600 callers spread over all masters, so the store's own
+//! redirect and retry traffic during the failover is measured: reroutes
+//! (`MOVED` + `ASK` + retries) per store call between the kill and the
+//! promotion, printed as a `FAILOVER ... reroutes` line and bounded.
 
 mod common;
 
@@ -11,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::Lib;
-use ratelimit_core::{CircuitBreaker, FailurePolicy, Limiter, Quota, Rate, Source};
+use ratelimit_core::{CircuitBreaker, FailurePolicy, Limiter, Quota, Rate, Source, Store};
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::fresh_prefix;
 
@@ -21,6 +27,12 @@ const SLACK: Duration = Duration::from_millis(250);
 const TASKS: usize = 4;
 /// The limiter's circuit breaker cool-down in this test.
 const BREAKER_COOL_DOWN: Duration = Duration::from_millis(250);
+/// Tasks calling the store directly, and the callers they cycle through.
+const RAW_TASKS: usize = 8;
+const RAW_CALLERS: usize = 600;
+/// The bound on reroutes per store call during the failover window. The
+/// goal is 2 or fewer on average.
+const MAX_REROUTES_PER_CALL: f64 = 3.0;
 
 #[derive(Debug, Clone, Copy)]
 struct Sample {
@@ -82,7 +94,23 @@ async fn failover_under_load(lib: Lib) {
         }));
     }
 
+    let mut raw = Vec::new();
+    for t in 0..RAW_TASKS {
+        let (store, stop, quota) = (store.clone(), stop.clone(), quota.clone());
+        raw.push(tokio::spawn(async move {
+            let mut i = t;
+            // Bounded as the limiter tasks.
+            while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(40) {
+                let caller = format!("fo:raw-{}", i % RAW_CALLERS);
+                let _ = store.decide(caller.as_bytes(), &quota, 1).await;
+                i += RAW_TASKS;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }));
+    }
+
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let before_kill = store.stats();
     let killed_at = start.elapsed();
     let c = cluster.clone();
     tokio::task::spawn_blocking(move || c.kill(master.port))
@@ -96,6 +124,7 @@ async fn failover_under_load(lib: Lib) {
     .unwrap()
     .expect("the cluster promotes the replica");
     let promoted_at = start.elapsed();
+    let at_promotion = store.stats();
     assert_eq!(
         promoted.port, replica.port,
         "the dead master's replica took over"
@@ -106,6 +135,9 @@ async fn failover_under_load(lib: Lib) {
     let mut samples = Vec::new();
     for t in tasks {
         samples.extend(t.await.unwrap());
+    }
+    for t in raw {
+        t.await.unwrap();
     }
     samples.sort_by_key(|s| s.at);
 
@@ -136,6 +168,25 @@ async fn failover_under_load(lib: Lib) {
         stats.errors,
         stats.short_circuits,
         store.stats(),
+    );
+
+    let calls = |s: &ratelimit_cluster::ClusterStats| s.decisions + s.errors;
+    let reroutes = |s: &ratelimit_cluster::ClusterStats| s.moved + s.ask + s.retries;
+    let window_calls = calls(&at_promotion) - calls(&before_kill);
+    let window_reroutes = reroutes(&at_promotion) - reroutes(&before_kill);
+    let per_call = window_reroutes as f64 / window_calls.max(1) as f64;
+    println!(
+        "FAILOVER lib={lib:?} reroutes kill->promotion ({:?}): {window_reroutes} (moved {}, ask {}, \
+         retries {}) over {window_calls} store calls ({} errors): {per_call:.2} per call",
+        promoted_at - killed_at,
+        at_promotion.moved - before_kill.moved,
+        at_promotion.ask - before_kill.ask,
+        at_promotion.retries - before_kill.retries,
+        at_promotion.errors - before_kill.errors,
+    );
+    assert!(
+        per_call <= MAX_REROUTES_PER_CALL,
+        "{per_call:.2} reroutes per store call during the failover"
     );
 
     // Always answered within the limiter's timeout.

@@ -5,9 +5,25 @@
 //! (configure `PerformanceConfig::default_command_timeout` and a
 //! `ReconnectPolicy`); the store bounds each decision by
 //! [`RedisStore::timeout`] on top.
+//!
+//! **One attempt per script, whatever the client's configuration.** fred
+//! re-sends a command whose connection closed while it was in flight, up to
+//! `ConnectionConfig::max_command_attempts` (default 3). For a script whose
+//! request reached the server and whose reply was lost, that runs the script
+//! a second time: one request counted twice. So every script command this
+//! store sends carries fred's per-command option `max_attempts = 1`
+//! (sent with `ClientLike::with_options`, through fred's `custom` command:
+//! its `LuaInterface` ignores per-command options), which takes precedence
+//! over the client's setting:
+//! a lost reply is returned as an error and the limiter's failure policy
+//! decides that one call; the request is counted once (if the server ran
+//! it) or not at all, never twice. The rest of the client (other commands
+//! you send through it) keeps its own configuration.
 
 use fred::clients::Client;
-use fred::interfaces::LuaInterface;
+use fred::interfaces::ClientLike;
+use fred::types::config::Options;
+use fred::types::{ClusterHash, CustomCommand, Value};
 use ratelimit_core::StoreError;
 
 use crate::error;
@@ -18,29 +34,71 @@ impl RedisStore {
     /// A store over a fred client you already hold (initialised with
     /// `init()`), with prefix `rl`, the server's clock and a per-call bound
     /// of [`crate::DEFAULT_CALL_TIMEOUT`].
+    ///
+    /// Any `ConnectionConfig::max_command_attempts` is fine: the store sends
+    /// every script with fred's per-command `max_attempts = 1`, so a script
+    /// whose reply was lost is never sent again (which would count the
+    /// request twice). Give the client a
+    /// `PerformanceConfig::default_command_timeout` and a `ReconnectPolicy`.
     pub fn from_fred(client: Client) -> Self {
         Self::from_backend(Backend::Fred(client))
     }
 }
 
+/// The per-command options of every script command: one attempt, so fred
+/// never re-sends a script whose reply was lost (see the module docs).
+fn script_options() -> Options {
+    Options {
+        max_attempts: Some(1),
+        ..Options::default()
+    }
+}
+
+/// Sends `EVALSHA <sha1> 1 <key> <args...>` (or `EVAL <source> ...` when
+/// `source`) once at most: through fred's `custom` command, which (unlike
+/// its `LuaInterface`) honours the per-command options, routed by the key's
+/// slot on a cluster.
+pub(crate) async fn send_script(
+    client: &Client,
+    script: &Script,
+    key: &str,
+    args: &[String],
+    source: bool,
+) -> Result<Vec<i64>, fred::error::Error> {
+    let slot = fred::util::redis_keyslot(key.as_bytes());
+    let (name, body) = if source {
+        ("EVAL", script.lua())
+    } else {
+        ("EVALSHA", script.sha1())
+    };
+    let command = CustomCommand::new_static(name, ClusterHash::Custom(slot), false);
+    let mut values: Vec<Value> = Vec::with_capacity(3 + args.len());
+    values.push(body.into());
+    values.push(1_i64.into());
+    values.push(key.into());
+    values.extend(args.iter().map(|a| Value::from(a.as_str())));
+    client
+        .with_options(&script_options())
+        .custom(command, values)
+        .await
+}
+
 /// `EVALSHA`; on `NOSCRIPT`, `EVAL` with the source (which also caches it).
+/// Each is sent once at most.
 pub(crate) async fn eval(
     client: &Client,
     script: &Script,
     key: &str,
     args: &[String],
 ) -> Result<Vec<i64>, StoreError> {
-    let first: Result<Vec<i64>, fred::error::Error> =
-        client.evalsha(script.sha1(), key, args.to_vec()).await;
-    match first {
+    match send_script(client, script, key, args, false).await {
         Ok(reply) => Ok(reply),
         Err(e) if e.details().starts_with("NOSCRIPT") => {
             tracing::debug!(
                 script = script.name(),
                 "NOSCRIPT: sending the script source"
             );
-            client
-                .eval(script.lua(), key, args.to_vec())
+            send_script(client, script, key, args, true)
                 .await
                 .map_err(error::from_fred)
         }

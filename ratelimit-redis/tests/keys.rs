@@ -1,5 +1,7 @@
 //! Contract 7 in Redis itself: adversarial callers map to distinct keys
-//! whose hash tag is the whole escaped caller, and never share state.
+//! whose hash tag is the whole escaped caller (or, for long callers, its
+//! hash), never share state, and every key stays within
+//! `keys::MAX_KEY_LEN`.
 
 mod common;
 
@@ -41,6 +43,18 @@ fn adversarial() -> Vec<Vec<u8>> {
     .collect();
     callers.push(vec![b'k'; 10 * 1024]);
     callers.push(vec![b'{'; 10 * 1024]);
+    // Long callers differing only in the last byte, or only in length.
+    let mut last = vec![b'{'; 10 * 1024];
+    *last.last_mut().unwrap() = b'}';
+    callers.push(last);
+    callers.push(vec![b'{'; 10 * 1024 + 1]);
+    // Around the hashing threshold (128 escaped bytes), and a short caller
+    // that looks like a hashed tag.
+    callers.push(vec![b'{'; 42]);
+    callers.push(vec![b'{'; 43]);
+    callers.push(vec![b'k'; 128]);
+    callers.push(vec![b'k'; 129]);
+    callers.push(format!("#{}", keys::tag(&[b'{'; 43])[1..].to_owned()).into_bytes());
     let mut all_bytes: Vec<u8> = (0..=255).collect();
     all_bytes.extend((0..=255).rev());
     callers.push(all_bytes);
@@ -66,11 +80,17 @@ async fn adversarial_callers_get_distinct_keys_tagged_by_the_whole_caller() {
             assert!(seen.insert(key.clone()), "two callers share {key}");
             let tag = keys::hash_tag(key.as_bytes());
             let tag = std::str::from_utf8(tag).unwrap();
-            assert_eq!(
-                keys::unescape(tag).as_deref(),
-                Some(&caller[..]),
-                "tag of {key}"
-            );
+            assert_eq!(tag, keys::tag(caller), "tag of {key}");
+            if keys::escaped_len(caller) <= keys::MAX_ESCAPED_CALLER_LEN {
+                assert_eq!(
+                    keys::unescape(tag).as_deref(),
+                    Some(&caller[..]),
+                    "tag of {key}"
+                );
+            } else {
+                assert!(tag.starts_with('#') && tag.len() == keys::HASHED_TAG_LEN);
+            }
+            assert!(key.len() <= keys::MAX_KEY_LEN, "{} bytes", key.len());
             assert!(key.starts_with(&format!("{}:{{", server.prefix())));
             assert!(key.ends_with(&format!("}}:{}:{}", q.name(), q.kind().code())));
             // Limit 1 per hour: each caller is admitted once, then denied,
@@ -86,4 +106,7 @@ async fn adversarial_callers_get_distinct_keys_tagged_by_the_whole_caller() {
         .query(&mut server.connection())
         .unwrap();
     assert_eq!(stored.len(), callers.len() * quotas.len());
+    // The longest key stored is short: the 10 KB callers are hashed.
+    let longest = stored.iter().map(Vec::len).max().unwrap();
+    assert!(longest < 200, "longest key {longest} bytes");
 }
