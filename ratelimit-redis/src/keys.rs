@@ -1,4 +1,5 @@
-//! The key layout: `<prefix>:{<escaped caller>}:<policy>:<algorithm>`.
+//! The key layout: `<prefix>:{<escaped caller>}:<policy>:<layout>`, the
+//! policy left out when it has the default name (see [`key`]).
 //!
 //! Every key of one caller shares the hash tag `{<escaped caller>}`, so a
 //! cluster routes all of a caller's keys to one slot and a multi-key script
@@ -24,11 +25,13 @@
 //! use ratelimit_redis::keys;
 //!
 //! let quota = Quota::token_bucket(Rate::per_minute(100), 20)?.named("plan")?;
-//! assert_eq!(keys::key("rl", b"api:user {42}", &quota), "rl:{api%3Auser%20%7B42%7D}:plan:tb");
+//! assert_eq!(keys::key("rl", b"api:user {42}", &quota), "rl:{api%3Auser%20%7B42%7D}:plan:tb2");
+//! let default = Quota::token_bucket(Rate::per_minute(100), 20)?;
+//! assert_eq!(keys::key("rl", b"api~42", &default), "rl:{api~42}:tb2");
 //! # Ok::<(), ratelimit_core::ConfigError>(())
 //! ```
 
-use ratelimit_core::Quota;
+use ratelimit_core::{AlgorithmKind, Quota};
 
 /// The default key prefix: `rl`.
 pub const DEFAULT_PREFIX: &str = "rl";
@@ -131,20 +134,54 @@ pub fn check_prefix(prefix: &str) -> Result<(), String> {
     }
 }
 
+/// The layout code of an algorithm's stored state, the last part of its
+/// keys: the algorithm's code ([`AlgorithmKind::code`]) followed by the
+/// layout version when the stored layout has changed since the first one.
+///
+/// | algorithm | code | stored state |
+/// |---|---|---|
+/// | fixed window | `fw` | string `window:count` |
+/// | sliding window counter | `sw` | string `window:prev:curr` |
+/// | sliding log | `sl` | sorted set, member `time:cost`, score `time` |
+/// | token bucket | `tb2` | integer `tat` (µs), or string `tat:rem` |
+///
+/// A new layout gets a new code, so a server upgraded in place never reads
+/// a state written in another layout: keys of the old layout are left alone
+/// and expire by their own TTL.
+pub const fn layout_code(kind: AlgorithmKind) -> &'static str {
+    match kind {
+        AlgorithmKind::FixedWindow => "fw",
+        AlgorithmKind::SlidingWindow => "sw",
+        AlgorithmKind::SlidingLog => "sl",
+        AlgorithmKind::TokenBucket => "tb2",
+        // `AlgorithmKind` is non-exhaustive: a later algorithm's first layout.
+        other => other.code(),
+    }
+}
+
+/// The policy name left out of keys: a quota with the default name writes
+/// `<prefix>:{<caller>}:<layout>`, every other `<prefix>:{<caller>}:<policy>:<layout>`.
+/// Policy names cannot contain `:`, so the two forms never meet.
+pub const DEFAULT_POLICY: &str = "default";
+
 /// The Redis key holding `caller`'s state under `quota`:
-/// `<prefix>:{<escaped caller>}:<policy>:<algorithm code>`.
+/// `<prefix>:{<escaped caller>}:<policy>:<layout>`, or
+/// `<prefix>:{<escaped caller>}:<layout>` for the default policy name (see
+/// [`layout_code`] and [`DEFAULT_POLICY`]).
 ///
 /// `prefix` should have passed [`check_prefix`].
 pub fn key(prefix: &str, caller: &[u8], quota: &Quota) -> String {
     let name = quota.name();
-    let code = quota.kind().code();
-    let mut out = String::with_capacity(prefix.len() + caller.len() + name.len() + 8);
+    let code = layout_code(quota.kind());
+    let mut out = String::with_capacity(prefix.len() + caller.len() + name.len() + 9);
     out.push_str(prefix);
     out.push_str(":{");
     escape_into(caller, &mut out);
     out.push_str("}:");
-    out.push_str(name);
-    out.push(':');
+    if name != DEFAULT_POLICY {
+        out.push_str(name);
+        out.push(':');
+    }
     out.push_str(code);
     out
 }

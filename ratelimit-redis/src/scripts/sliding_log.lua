@@ -8,14 +8,24 @@
 -- ARGV[5]  window in µs
 -- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}.
 
--- (floordiv, ceildiv, fmt, expire_ms, key, now, min_ms and cost come from prelude.lua)
+local key = KEYS[1]
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local min_ms = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 local width = tonumber(ARGV[5])
+local function fmt(x) return string.format('%.0f', x) end
 
 -- Entries at t <= now - W have left the trailing window (now - W, now].
--- Entries later than now (a clock that went back) still count.
-redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - width))
-local members = redis.call('ZRANGE', key, 0, -1)
+-- Entries later than now (a clock that went back) still count. They are
+-- dropped only by an admission: a denial writes nothing.
+local members = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(now - width), '+inf')
 local times, costs, names = {}, {}, {}
 local total = 0
 for _, m in ipairs(members) do
@@ -31,6 +41,7 @@ local allowed = total + cost <= limit
 local retry = -1
 local newest = times[#times]
 if allowed then
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - width))
   -- Merge with an entry at the same time, as the model does.
   local merged = cost
   for i = 1, #times do
@@ -62,9 +73,12 @@ local reset = 0
 if newest ~= nil and newest + width > now then reset = newest + width - now end
 
 if allowed then
-  redis.call('PEXPIRE', key, fmt(expire_ms(reset, min_ms)))
+  local ms = math.fmod(reset, 1000)
+  if ms > 0 then ms = (reset - ms) / 1000 + 2 else ms = reset / 1000 + 1 end
+  if ms < min_ms then ms = min_ms end
+  redis.call('PEXPIRE', key, ms)
   return {1, remaining, reset, -1}
 end
--- A denial only dropped entries that had left the window; the newest entry,
--- and so the expiry set with it, is unchanged.
+-- A denial wrote nothing; the newest entry, and so the expiry set with it,
+-- is unchanged.
 return {0, remaining, reset, retry}
