@@ -142,7 +142,7 @@ pub fn check_prefix(prefix: &str) -> Result<(), String> {
 /// |---|---|---|
 /// | fixed window | `fw` | string `window:count` |
 /// | sliding window counter | `sw` | string `window:prev:curr` |
-/// | sliding log | `sl` | sorted set, member `time:cost`, score `time` |
+/// | sliding log | `sl2` | two sorted sets: `…:sl2` (score time, member call id) and `…:sl2:c` (score cumulative cost, same ids) |
 /// | token bucket | `tb2` | integer `tat` (µs), or string `tat:rem` |
 ///
 /// A new layout gets a new code, so a server upgraded in place never reads
@@ -152,7 +152,7 @@ pub const fn layout_code(kind: AlgorithmKind) -> &'static str {
     match kind {
         AlgorithmKind::FixedWindow => "fw",
         AlgorithmKind::SlidingWindow => "sw",
-        AlgorithmKind::SlidingLog => "sl",
+        AlgorithmKind::SlidingLog => "sl2",
         AlgorithmKind::TokenBucket => "tb2",
         // `AlgorithmKind` is non-exhaustive: a later algorithm's first layout.
         other => other.code(),
