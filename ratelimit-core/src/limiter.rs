@@ -329,16 +329,25 @@ impl Limiter {
             heap = [inner.namespace.as_bytes(), &[NAMESPACE_SEPARATOR], caller].concat();
             &heap
         };
-        // Through the trait object directly: the blanket `impl Store for
-        // Arc<S>` would box a second future.
-        let call = (*inner.store).decide(key, quota, cost);
-        let outcome = Guarded {
-            call,
-            sleep: None,
-            timer: &*inner.timer,
-            timeout: inner.timeout,
-        }
-        .await;
+        // An in-process store answers synchronously: no future, no box.
+        let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| {
+            inner.store.decide_sync(key, quota, cost)
+        })) {
+            Ok(Some(result)) => Guard::Done(result),
+            Err(_) => Guard::Panicked,
+            Ok(None) => {
+                // Through the trait object directly: the blanket `impl
+                // Store for Arc<S>` would box a second future.
+                let call = (*inner.store).decide(key, quota, cost);
+                Guarded {
+                    call,
+                    sleep: None,
+                    timer: &*inner.timer,
+                    timeout: inner.timeout,
+                }
+                .await
+            }
+        };
         let error = match outcome {
             Guard::Done(Ok(d)) => {
                 bump(if d.allowed {

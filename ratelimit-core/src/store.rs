@@ -32,6 +32,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Makes one decision. See the trait's contract.
     async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision>;
 
+    /// Makes one decision synchronously, when the store can answer without
+    /// waiting (an in-process store). `None`, the default, means "not
+    /// here: call [`Store::decide`]"; network stores leave it so.
+    ///
+    /// The [`crate::Limiter`] tries it first, so an in-process store answers
+    /// without the boxed future of an object-safe async trait. A `Some`
+    /// result obeys the same contract as [`Store::decide`], and a store that
+    /// answers `Some` once should keep doing so.
+    fn decide_sync(&self, key: &[u8], quota: &Quota, cost: u64) -> Option<Result<Decision>> {
+        let _ = (key, quota, cost);
+        None
+    }
+
     /// The clock the store decides by, when it is one the application can
     /// read (an in-process clock or an injected one). `None` (the default)
     /// means the store's own clock, such as Redis `TIME`.
@@ -48,6 +61,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
         (**self).decide(key, quota, cost).await
     }
+    fn decide_sync(&self, key: &[u8], quota: &Quota, cost: u64) -> Option<Result<Decision>> {
+        (**self).decide_sync(key, quota, cost)
+    }
     fn clock(&self) -> Option<Arc<dyn Clock>> {
         (**self).clock()
     }
@@ -57,6 +73,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 impl<S: Store + ?Sized> Store for Box<S> {
     async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
         (**self).decide(key, quota, cost).await
+    }
+    fn decide_sync(&self, key: &[u8], quota: &Quota, cost: u64) -> Option<Result<Decision>> {
+        (**self).decide_sync(key, quota, cost)
     }
     fn clock(&self) -> Option<Arc<dyn Clock>> {
         (**self).clock()

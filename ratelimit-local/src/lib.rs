@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 
+mod clock;
 mod store;
 
+pub use clock::FastClock;
 pub use store::DashMapStore;

@@ -122,5 +122,22 @@ pub fn decide(
     })
 }
 
+/// The token bucket step alone, on its own state: exactly what [`decide`]
+/// does for a token bucket quota, returning `(decision, new state, ttl)`.
+///
+/// For stores that keep each algorithm's state in its own layout (the local
+/// store updates a bucket's theoretical arrival time with one
+/// compare-and-swap). `cost` must have passed [`Quota::check_cost`]: at
+/// least 1 and at most the capacity.
+#[inline]
+pub fn token_bucket_step(
+    bucket: &crate::Bucket,
+    state: Option<TokenBucketState>,
+    now: Micros,
+    cost: u64,
+) -> (Decision, TokenBucketState, Micros) {
+    token_bucket::step(bucket, state, now, cost)
+}
+
 #[cfg(test)]
 mod tests;
