@@ -1,9 +1,11 @@
-//! The shared conformance suite (contracts 1-9) against `DashMapStore`.
+//! The shared conformance suite (contracts 1-9) against `DashMapStore`, at
+//! the in-process case counts.
 
 use std::sync::Arc;
 
 use ratelimit_core::{ManualClock, Store, SystemClock};
 use ratelimit_local::DashMapStore;
+use ratelimit_testkit::conformance::concurrency_report;
 use ratelimit_testkit::{StoreFactory, SuiteConfig, run_all};
 
 struct Local;
@@ -22,7 +24,27 @@ impl StoreFactory for Local {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn dashmap_store_meets_every_contract() {
-    if let Err(v) = run_all(&Local, &SuiteConfig::default()).await {
+    let t = std::time::Instant::now();
+    if let Err(v) = run_all(&Local, &SuiteConfig::in_process()).await {
         panic!("{v}");
     }
+    println!("local conformance: {:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_calls_really_interleave() {
+    let report = concurrency_report(&Local, &SuiteConfig::in_process())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    println!("{report}");
+    assert!(report.calls_per_thread.iter().all(|&c| c > 0), "{report}");
+    assert!(
+        report
+            .admitted_per_thread
+            .iter()
+            .filter(|&&a| a > 0)
+            .count()
+            > 1,
+        "one thread took every admission: {report}"
+    );
 }

@@ -9,111 +9,120 @@ use ratelimit_core::{AlgorithmKind, Clock, Decision, ManualClock, Micros, Quota,
 use tokio::runtime::Handle;
 
 use super::oracle::{self, Outcome};
-use super::scenario::{Scenario, case_prefix, key_bytes, run_cases, scenarios, wild_scenarios};
+use super::scenario::{
+    KeyTemplate, Scenario, Shape, case_prefix, describe, key_bytes, micros, run_cases, scenarios,
+};
 use super::{Contract, StoreFactory, SuiteConfig, Violation};
 
 const ALL: &[AlgorithmKind] = &AlgorithmKind::ALL;
 
-async fn one_store(
-    factory: &dyn StoreFactory,
-    clock: &ManualClock,
-) -> Result<Arc<dyn Store>, String> {
-    factory
-        .stores(1, Some(clock.clone()))
-        .await
-        .into_iter()
-        .next()
-        .ok_or_else(|| "the factory returned no store".to_owned())
+/// One run of a scenario: the clock, the stores, the case prefix, and each
+/// call's outcome and decision.
+pub(crate) struct Played {
+    pub(crate) clock: ManualClock,
+    pub(crate) stores: Vec<Arc<dyn Store>>,
+    pub(crate) prefix: Vec<u8>,
+    pub(crate) got: Vec<(Outcome, Decision)>,
 }
 
-/// Runs the scenario on a fresh store, returning each call's decision.
-async fn play(
+/// Runs the scenario on fresh stores from the factory, calling them
+/// round-robin (one store: every call on it).
+pub(crate) async fn play(
     factory: &dyn StoreFactory,
     sc: &Scenario,
-) -> Result<
-    (
-        ManualClock,
-        Arc<dyn Store>,
-        Vec<u8>,
-        Vec<(Outcome, Decision)>,
-    ),
-    String,
-> {
+    instances: usize,
+) -> Result<Played, String> {
     let clock = ManualClock::new(sc.start);
-    let store = one_store(factory, &clock).await?;
+    let stores = factory.stores(instances, Some(clock.clone())).await;
+    if stores.len() != instances {
+        return Err(format!(
+            "the factory returned {} stores, {instances} were asked for",
+            stores.len()
+        ));
+    }
     let prefix = case_prefix();
-    let mut out = Vec::with_capacity(sc.calls.len());
-    for (i, (t, c)) in sc.times().enumerate() {
-        clock.set(t);
+    let mut got = Vec::new();
+    for (i, c) in sc.timed().into_iter().enumerate() {
+        clock.set(c.t);
         let key = key_bytes(&prefix, &sc.keys[c.key]);
-        let d = store
-            .decide(&key, sc.quota_at(i), c.cost)
+        let d = stores[i % instances]
+            .decide(&key, sc.quota_at(i, c.policy), c.cost)
             .await
             .map_err(|e| format!("call #{i}: the store failed: {e}"))?;
-        out.push((
+        got.push((
             Outcome {
-                t,
+                t: c.t,
                 key: c.key,
+                policy: c.policy,
                 cost: c.cost,
                 allowed: d.allowed,
             },
             d,
         ));
     }
-    Ok((clock, store, prefix, out))
+    Ok(Played {
+        clock,
+        stores,
+        prefix,
+        got,
+    })
 }
 
-fn same(store: &Decision, model: &Decision) -> bool {
-    store.allowed == model.allowed
-        && store.limit == model.limit
-        && store.remaining == model.remaining
-        && store.retry_after == model.retry_after
-        && store.reset_after == model.reset_after
+/// Every field of a decision, `source` included.
+pub(crate) fn same(store: &Decision, model: &Decision) -> bool {
+    store == model
 }
 
-/// The model's decisions for the scenario, per call, and each key's last
-/// state and TTL.
-/// Per key: the last state, the time it was written and its TTL.
-type LastStates = HashMap<usize, (State, Micros, Micros)>;
+/// Per (key, policy): the last state, the time it was written and its TTL.
+type LastStates = HashMap<(usize, usize), (State, Micros, Micros)>;
 
+/// The model's decisions for the scenario, per call, and each caller's
+/// last state. A state past its TTL is read as fresh (stores may have
+/// evicted it).
 fn model_run(sc: &Scenario) -> (Vec<Decision>, LastStates) {
     let mut states: LastStates = HashMap::new();
     let mut out = Vec::new();
-    for (i, (t, c)) in sc.times().enumerate() {
-        let prior = states.remove(&c.key).map(|(s, _, _)| s);
-        let step = model::decide(sc.quota_at(i), prior, t, c.cost)
+    for (i, c) in sc.timed().into_iter().enumerate() {
+        let prior = states
+            .remove(&(c.key, c.policy))
+            .filter(|&(_, t, ttl)| t + ttl > c.t)
+            .map(|(s, _, _)| s);
+        let step = model::decide(sc.quota_at(i, c.policy), prior, c.t, c.cost)
             .expect("costs are clamped to the limit");
         out.push(step.decision);
-        states.insert(c.key, (step.state, t, step.ttl));
+        states.insert((c.key, c.policy), (step.state, c.t, step.ttl));
     }
     (out, states)
 }
 
-fn compare(sc: &Scenario, got: &[(Outcome, Decision)]) -> Result<(), String> {
+pub(crate) fn compare(sc: &Scenario, got: &[(Outcome, Decision)]) -> Result<(), String> {
     let (want, _) = model_run(sc);
     for (i, ((o, d), m)) in got.iter().zip(&want).enumerate() {
-        if sc.switch.as_ref().is_some_and(|(k, _)| i >= *k) {
+        if sc.switched(i, o.policy) {
             // After a reconfiguration under the same name, state written under
             // the old numbers may be read, or may have been evicted by its old
             // TTL: stores legitimately differ. Every answer must still be sane.
-            let q = sc.quota_at(i);
+            let q = sc.quota_at(i, o.policy);
             let retry_ok = match (d.allowed, d.retry_after) {
                 (true, None) => true,
                 (false, Some(r)) => !r.is_zero(),
                 _ => false,
             };
-            if d.limit != q.limit() || d.remaining > q.limit() || !retry_ok {
+            if d.limit != q.limit() || d.remaining > q.limit() || !retry_ok || d.source != m.source
+            {
                 return Err(format!(
                     "call #{i} after the policy was reconfigured: an insane decision {d:?} under {}",
-                    super::scenario::describe(q)
+                    describe(q)
                 ));
             }
             continue;
         }
         if !same(d, m) {
             return Err(format!(
-                "call #{i} (key {}, cost {}, t = start + {} µs): the store decided\n    {d:?}\n  but the model decides\n    {m:?}",
+                "call #{i} (key {}, policy {}, cost {}, t = start + {} µs): the store decided\n    \
+                 {d:?}\n  but the model decides\n    {m:?}",
                 o.key,
+                o.policy,
                 o.cost,
                 o.t - sc.start
             ));
@@ -123,26 +132,35 @@ fn compare(sc: &Scenario, got: &[(Outcome, Decision)]) -> Result<(), String> {
 }
 
 /// Contract 1: with an injected clock, the store's decisions equal the core
-/// model's, call for call (allowed, limit, remaining, reset_after,
-/// retry_after), over several keys and all four algorithms, with small
-/// quotas and quotas at the edge of the exact range (2^53), costs up to the
-/// limit, and a clock that sometimes steps back. Some sequences reconfigure
-/// the policy under the same name part-way: from then on decisions must be
-/// sane (right limit, `remaining <= limit`, a positive `retry_after` exactly
-/// when denied) and the store must not fail.
+/// model's, call for call (every field of the [`Decision`], `source`
+/// included), over several callers and two or three policies of all four
+/// algorithms (names built to collide under naive key joins), small,
+/// production-sized and edge-of-range quotas, calls on window starts, TTLs
+/// and `retry_after` edges, fills of 1,000+ calls on one caller, and a clock
+/// that sometimes steps back. Some sequences reconfigure a policy under the
+/// same name part-way: from then on its decisions must be sane (right
+/// limit, `remaining <= limit`, a positive `retry_after` exactly when
+/// denied) and the store must not fail.
 pub async fn model_agreement(
     factory: &dyn StoreFactory,
     config: &SuiteConfig,
 ) -> Result<(), Violation> {
     let h = Handle::current();
+    let shape = Shape {
+        kinds: ALL,
+        max_calls: 60,
+        back: true,
+        switch: true,
+    };
     run_cases(
         config,
         Contract::ModelAgreement,
-        wild_scenarios(ALL, 3, 60),
+        config.cases,
+        scenarios(shape),
         |sc| {
             h.block_on(async {
-                let (_, _, _, got) = play(factory, &sc).await?;
-                compare(&sc, &got)
+                let p = play(factory, &sc, 1).await?;
+                compare(&sc, &p.got)
             })
         },
     )
@@ -153,19 +171,26 @@ async fn invariant(
     config: &SuiteConfig,
     contract: Contract,
     kind: &'static [AlgorithmKind],
-    check: fn(&Quota, &[Outcome]) -> Result<(), String>,
+    check: fn(&[Quota], &[Outcome]) -> Result<(), String>,
 ) -> Result<(), Violation> {
     let h = Handle::current();
-    run_cases(config, contract, scenarios(kind, 2, 80), |sc| {
+    let shape = Shape {
+        kinds: kind,
+        max_calls: 80,
+        back: false,
+        switch: false,
+    };
+    run_cases(config, contract, config.cases, scenarios(shape), |sc| {
         h.block_on(async {
-            let (_, _, _, got) = play(factory, &sc).await?;
-            let log: Vec<Outcome> = got.iter().map(|(o, _)| *o).collect();
-            check(&sc.quota, &log)
+            let p = play(factory, &sc, 1).await?;
+            let log: Vec<Outcome> = p.got.iter().map(|(o, _)| *o).collect();
+            check(&sc.policies, &log)
         })
     })
 }
 
-/// Contract 2: a fixed window admits at most L per calendar window.
+/// Contract 2: a fixed window admits at most L per calendar window, and
+/// admits every call that fits its window's count (no false denials).
 pub async fn fixed_window_bound(
     factory: &dyn StoreFactory,
     config: &SuiteConfig,
@@ -228,59 +253,99 @@ pub async fn token_bucket_bound(
     .await
 }
 
+async fn decide_at(
+    store: &dyn Store,
+    clock: &ManualClock,
+    t: Micros,
+    key: &[u8],
+    quota: &Quota,
+    cost: u64,
+) -> Result<Decision, String> {
+    clock.set(t);
+    store
+        .decide(key, quota, cost)
+        .await
+        .map_err(|e| format!("the store failed at {t}: {e}"))
+}
+
 /// Contract 6: after a scenario, the caller repeats a call until denied; the
 /// same call one microsecond before `now + retry_after` is denied, and at
-/// `now + retry_after` it is admitted.
+/// `now + retry_after` it is admitted. Scenarios as for contract 1 (clock
+/// steps back included); the repeated call has the last call's cost, or a
+/// larger one where reaching a denial would take more than 64 calls.
 pub async fn retry_after_exact(
     factory: &dyn StoreFactory,
     config: &SuiteConfig,
 ) -> Result<(), Violation> {
     let h = Handle::current();
-    run_cases(config, Contract::RetryAfter, scenarios(ALL, 1, 30), |sc| {
-        h.block_on(async {
-            let (clock, store, prefix, got) = play(factory, &sc).await?;
-            let key = key_bytes(&prefix, &sc.keys[0]);
-            let cost = got.last().map_or(1, |(o, _)| o.cost);
-            let limit = sc.quota.limit();
-            for _ in 0..=limit {
-                let d = store.decide(&key, &sc.quota, cost).await.map_err(|e| e.to_string())?;
-                if d.allowed {
-                    continue;
+    let shape = Shape {
+        kinds: ALL,
+        max_calls: 30,
+        back: true,
+        switch: false,
+    };
+    run_cases(
+        config,
+        Contract::RetryAfter,
+        config.cases,
+        scenarios(shape),
+        |sc| {
+            h.block_on(async {
+                let p = play(factory, &sc, 1).await?;
+                let store = &*p.stores[0];
+                let (key_index, policy, last_cost) = p
+                    .got
+                    .last()
+                    .map_or((0, 0, 1), |(o, _)| (o.key, o.policy, o.cost));
+                let key = key_bytes(&p.prefix, &sc.keys[key_index]);
+                let quota = sc.final_quota(policy);
+                let limit = quota.limit();
+                let cost = last_cost.min(limit).max(limit.div_ceil(64));
+                for _ in 0..=limit / cost + 1 {
+                    let now = p.clock.now();
+                    let d = decide_at(store, &p.clock, now, &key, quota, cost).await?;
+                    if d.allowed {
+                        continue;
+                    }
+                    let retry = d
+                        .retry_after
+                        .ok_or_else(|| format!("denied at {now} without a retry_after: {d:?}"))?;
+                    let retry = micros(retry);
+                    if retry == 0 {
+                        return Err(format!("denied with retry_after = 0: {d:?}"));
+                    }
+                    let early =
+                        decide_at(store, &p.clock, now + retry - 1, &key, quota, cost).await?;
+                    if early.allowed {
+                        return Err(format!(
+                            "a call of cost {cost} denied at {now} with retry_after {retry} µs, \
+                             but admitted one microsecond early"
+                        ));
+                    }
+                    let on_time =
+                        decide_at(store, &p.clock, now + retry, &key, quota, cost).await?;
+                    if !on_time.allowed {
+                        return Err(format!(
+                            "a call of cost {cost} denied at {now} with retry_after {retry} µs, \
+                             and denied again at now + retry_after: {on_time:?}"
+                        ));
+                    }
+                    return Ok(());
                 }
-                let now = clock.now();
-                let retry = d
-                    .retry_after
-                    .ok_or_else(|| format!("denied at {now} without a retry_after: {d:?}"))?;
-                let retry = u64::try_from(retry.as_micros()).unwrap_or(u64::MAX);
-                if retry == 0 {
-                    return Err(format!("denied with retry_after = 0: {d:?}"));
-                }
-                clock.set(now + retry - 1);
-                let early = store.decide(&key, &sc.quota, cost).await.map_err(|e| e.to_string())?;
-                if early.allowed {
-                    return Err(format!(
-                        "denied at {now} with retry_after {retry} µs, but admitted one microsecond early"
-                    ));
-                }
-                clock.set(now + retry);
-                let on_time = store.decide(&key, &sc.quota, cost).await.map_err(|e| e.to_string())?;
-                if !on_time.allowed {
-                    return Err(format!(
-                        "denied at {now} with retry_after {retry} µs, and denied again at now + retry_after: {on_time:?}"
-                    ));
-                }
-                return Ok(());
-            }
-            Err(format!("{} calls of cost {cost} at one instant were never denied", limit + 1))
-        })
-    })
+                Err(format!(
+                    "{} calls of cost {cost} at one instant were never denied (limit {limit})",
+                    limit / cost + 2
+                ))
+            })
+        },
+    )
 }
 
-/// Families of keys built to break naive key layouts: braces that choose a
-/// hash slot, separators and their percent escapes, control and non-UTF-8
-/// bytes (which a lossy conversion would merge), keys longer than a
+/// Families of caller ids built to break naive key layouts: braces that
+/// choose a hash slot, separators and their percent escapes, control and
+/// non-UTF-8 bytes (which a lossy conversion would merge), ids longer than a
 /// truncating store keeps. Each case takes one whole family plus random bytes.
-fn adversarial_keys() -> impl Strategy<Value = Vec<Vec<u8>>> {
+fn adversarial_keys() -> impl Strategy<Value = Vec<KeyTemplate>> {
     let long = |n: usize, tail: &[u8]| {
         let mut k = vec![b'x'; n];
         k.extend_from_slice(tail);
@@ -340,78 +405,120 @@ fn adversarial_keys() -> impl Strategy<Value = Vec<Vec<u8>>> {
             keys.extend(random);
             keys.sort();
             keys.dedup();
-            keys
+            keys.into_iter().map(|k| (Vec::new(), k)).collect()
         })
 }
 
 /// Contract 7: traffic on one key never changes another key's decisions,
 /// whatever bytes the keys contain: each key's decisions equal the model's for
-/// that key alone, with adversarial keys interleaved.
+/// that key alone, with adversarial keys interleaved over several policies.
 pub async fn keys_isolated(
     factory: &dyn StoreFactory,
     config: &SuiteConfig,
 ) -> Result<(), Violation> {
     let h = Handle::current();
-    let strategy = (adversarial_keys(), scenarios(ALL, 1, 60)).prop_flat_map(|(keys, sc)| {
+    let shape = Shape {
+        kinds: ALL,
+        max_calls: 60,
+        back: false,
+        switch: false,
+    };
+    let strategy = (adversarial_keys(), scenarios(shape)).prop_flat_map(|(keys, sc)| {
         let n = keys.len();
-        let calls = sc.calls.clone();
-        (
-            Just(keys),
-            Just(sc),
-            prop::collection::vec(0..n, calls.len()),
-        )
-            .prop_map(|(keys, mut sc, which)| {
+        let calls = sc.calls.len();
+        (Just(keys), Just(sc), prop::collection::vec(0..n, calls)).prop_map(
+            |(keys, mut sc, which)| {
                 for (c, k) in sc.calls.iter_mut().zip(which) {
                     c.key = k;
                 }
                 sc.keys = keys;
                 sc
-            })
+            },
+        )
     });
-    run_cases(config, Contract::KeyIsolation, strategy, |sc| {
-        h.block_on(async {
-            let (_, _, _, got) = play(factory, &sc).await?;
-            compare(&sc, &got)
-                .map_err(|e| format!("a key's decisions changed with other keys' traffic: {e}"))
-        })
-    })
+    run_cases(
+        config,
+        Contract::KeyIsolation,
+        config.cases,
+        strategy,
+        |sc| {
+            h.block_on(async {
+                let p = play(factory, &sc, 1).await?;
+                compare(&sc, &p.got)
+                    .map_err(|e| format!("a key's decisions changed with other keys' traffic: {e}"))
+            })
+        },
+    )
 }
 
-/// Contract 8: once a key's derived TTL has passed, its next call is decided
-/// exactly as on a fresh key.
+/// Contract 8: one microsecond before a caller's derived TTL runs out, its
+/// state still counts (a call of the full limit is decided as the model
+/// decides from that state); once the TTL has passed, the next call is
+/// decided exactly as on a fresh key. Checked for every (caller, policy) of
+/// the scenario, in the order their TTLs run out; clock steps back included.
 pub async fn state_expires(
     factory: &dyn StoreFactory,
     config: &SuiteConfig,
 ) -> Result<(), Violation> {
     let h = Handle::current();
+    let shape = Shape {
+        kinds: ALL,
+        max_calls: 40,
+        back: true,
+        switch: false,
+    };
     run_cases(
         config,
         Contract::StateExpires,
-        scenarios(ALL, 2, 40),
+        config.cases,
+        scenarios(shape),
         |sc| {
             h.block_on(async {
-            let (clock, store, prefix, _) = play(factory, &sc).await?;
-            let (_, states) = model_run(&sc);
-            let expiry = states.values().map(|&(_, t, ttl)| t + ttl).max().unwrap_or(sc.start);
-            clock.set(expiry);
-            for &k in states.keys() {
-                let cost = sc.final_quota().limit();
-                let key = key_bytes(&prefix, &sc.keys[k]);
-                let d = store
-                    .decide(&key, sc.final_quota(), cost)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let fresh = model::decide(sc.final_quota(), None, expiry, cost)
-                    .expect("valid cost")
-                    .decision;
-                if !same(&d, &fresh) {
-                    return Err(format!(
-                        "key {k} after its TTL (at {expiry}), a call of cost {cost} was decided\n    {d:?}\n  but a fresh key gets\n    {fresh:?}"
-                    ));
+                let p = play(factory, &sc, 1).await?;
+                let store = &*p.stores[0];
+                let (_, states) = model_run(&sc);
+                let mut order: Vec<_> = states.into_iter().collect();
+                order.sort_by_key(|&(kp, (_, t, ttl))| (t + ttl, kp));
+                let mut now = p.clock.now();
+                for ((k, policy), (state, t, ttl)) in order {
+                    let quota = sc.final_quota(policy);
+                    let cost = quota.limit();
+                    let key = key_bytes(&p.prefix, &sc.keys[k]);
+                    let expiry = t + ttl;
+                    if ttl > 0 && expiry > now {
+                        let before = expiry - 1;
+                        now = before;
+                        let d = decide_at(store, &p.clock, before, &key, quota, cost).await?;
+                        let want =
+                            model::decide(quota, Some(state), before, cost).expect("valid cost");
+                        if !same(&d, &want.decision) {
+                            return Err(format!(
+                                "key {k}, policy {policy}, one microsecond before its TTL runs out \
+                                 (at {before}): a call of cost {cost} was decided\n    {d:?}\n  \
+                                 but the model, from the caller's state, decides\n    {:?}",
+                                want.decision
+                            ));
+                        }
+                        if want.decision.allowed {
+                            // The state changed; this caller's expiry moved.
+                            continue;
+                        }
+                    }
+                    let at = expiry.max(now);
+                    now = at;
+                    let d = decide_at(store, &p.clock, at, &key, quota, cost).await?;
+                    let fresh = model::decide(quota, None, at, cost)
+                        .expect("valid cost")
+                        .decision;
+                    if !same(&d, &fresh) {
+                        return Err(format!(
+                            "key {k}, policy {policy} after its TTL (at {at}), a call of cost \
+                             {cost} was decided\n    {d:?}\n  but a fresh key gets\n    {fresh:?}"
+                        ));
+                    }
                 }
-            }
-            Ok(())
-        })
+                Ok(())
+            })
         },
     )
 }

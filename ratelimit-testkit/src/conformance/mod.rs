@@ -1,14 +1,15 @@
 //! The conformance suite: contracts 1-9 of the design, checked for any store.
 //!
 //! Every function takes a [`StoreFactory`] and a [`SuiteConfig`], runs
-//! proptest-generated sequences of `(time, key, cost)` calls against stores
-//! from the factory, and returns the first [`Violation`] found, with the
-//! contract it breaks and the (shrunk) failing sequence.
+//! proptest-generated sequences of `(time, key, policy, cost)` calls against
+//! stores from the factory, and returns the first [`Violation`] found, with
+//! the contract it breaks and the (shrunk) failing sequence.
 //!
 //! The functions must run inside a **multi-threaded** tokio runtime
 //! (`#[tokio::test(flavor = "multi_thread")]`): proptest's runner is
 //! synchronous and each case drives the async store with
-//! `block_in_place` + `Handle::block_on`.
+//! `block_in_place` + `Handle::block_on`; the concurrency contract calls the
+//! stores from OS threads of its own.
 //!
 //! The trailing-window checks (contracts 2-5) are computed by brute force over
 //! the log of admitted calls; they do not reuse the model's arithmetic.
@@ -29,7 +30,9 @@ pub use checks::{
     fixed_window_bound, keys_isolated, model_agreement, retry_after_exact, sliding_log_exact,
     sliding_window_rule, state_expires, token_bucket_bound,
 };
-pub use concurrency::{concurrency, concurrency_server_clock};
+pub use concurrency::{
+    ConcurrencyReport, concurrency, concurrency_report, concurrency_server_clock, shared_state,
+};
 
 /// Makes the stores under test.
 ///
@@ -63,18 +66,36 @@ pub trait StoreFactory: Send + Sync {
     async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>>;
 }
 
+/// The environment variable that sets the number of proptest cases per
+/// property for every configuration (for a deeper run than CI's).
+pub const CASES_ENV: &str = "RATELIMIT_SUITE_CASES";
+
+/// The environment variable that sets the proptest seed (to explore other
+/// sequences than CI's fixed one).
+pub const SEED_ENV: &str = "RATELIMIT_SUITE_SEED";
+
 /// How hard the suite tries.
+///
+/// Two presets: [`SuiteConfig::in_process`] for stores that answer in
+/// microseconds (1,024 cases per property) and [`SuiteConfig::network`]
+/// (the default: 64 cases) for stores behind a network round trip. Both
+/// honour [`CASES_ENV`] and [`SEED_ENV`].
 #[derive(Debug, Clone)]
 pub struct SuiteConfig {
-    /// Proptest cases per property (default 64; fixed so CI is reproducible).
+    /// Proptest cases per property (fixed so CI is reproducible).
     pub cases: u32,
     /// Proptest RNG seed (default fixed; set another to explore).
     pub seed: u64,
-    /// Store instances in the concurrency checks (default 4).
+    /// Store instances in the shared-state and concurrency contracts (default 4).
     pub instances: usize,
-    /// Tasks per instance in the concurrency checks (default 16).
-    pub tasks_per_instance: usize,
-    /// Wall-clock bound of each concurrency run (default 2 s).
+    /// OS threads per instance in the concurrency contract (default 2).
+    pub threads_per_instance: usize,
+    /// Rounds of the concurrency contract per algorithm, each on a fresh key.
+    pub concurrency_rounds: u32,
+    /// The limit of the concurrency contract's quotas (each round makes
+    /// twice as many calls).
+    pub concurrency_limit: u64,
+    /// Wall-clock bound of the server-clock concurrency run (default 2 s).
     pub concurrency_duration: Duration,
     /// Whether [`run_all`] also runs the server-clock concurrency check
     /// (default true; a store without its own clock would use the system clock).
@@ -83,23 +104,73 @@ pub struct SuiteConfig {
 
 impl Default for SuiteConfig {
     fn default() -> Self {
+        Self::network()
+    }
+}
+
+impl SuiteConfig {
+    /// For stores behind a network round trip: 64 cases per property, 4
+    /// concurrency rounds per algorithm.
+    pub fn network() -> Self {
         Self {
             cases: 64,
             seed: 0x5EED_2026,
             instances: 4,
-            tasks_per_instance: 16,
+            threads_per_instance: 2,
+            concurrency_rounds: 4,
+            concurrency_limit: 256,
             concurrency_duration: Duration::from_secs(2),
             server_clock: true,
         }
+        .with_env()
+    }
+
+    /// For in-process stores: 1,024 cases per property, 16 concurrency
+    /// rounds per algorithm.
+    pub fn in_process() -> Self {
+        Self {
+            cases: 1024,
+            concurrency_rounds: 16,
+            ..Self::network()
+        }
+        .with_env()
+    }
+
+    /// Applies [`CASES_ENV`] and [`SEED_ENV`] when set.
+    ///
+    /// # Panics
+    ///
+    /// When either is set to something that is not a number.
+    pub fn with_env(mut self) -> Self {
+        if let Ok(v) = std::env::var(CASES_ENV) {
+            self.cases = v
+                .trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{CASES_ENV}={v:?} is not a number of cases"));
+        }
+        if let Ok(v) = std::env::var(SEED_ENV) {
+            self.seed = v
+                .trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{SEED_ENV}={v:?} is not a number"));
+        }
+        self
+    }
+
+    /// Cases for the costlier properties (several stores per case): a
+    /// quarter of [`SuiteConfig::cases`], at least 16.
+    pub(crate) fn fewer_cases(&self) -> u32 {
+        (self.cases / 4).max(16).min(self.cases.max(1))
     }
 }
 
-/// The contracts of the design (section 4), by number.
+/// The contracts of the design (section 4). Contract 9 has two parts, each
+/// its own function: [`shared_state`] and [`concurrency`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Contract {
     /// 1: decisions equal the core model's, call for call.
     ModelAgreement = 1,
-    /// 2: fixed window admits at most L per calendar window.
+    /// 2: fixed window admits at most L per calendar window, and whenever the count allows.
     FixedWindow = 2,
     /// 3: sliding window counter admits iff the weighted rule holds.
     SlidingWindow = 3,
@@ -111,10 +182,22 @@ pub enum Contract {
     RetryAfter = 6,
     /// 7: traffic on one key never changes another key's decisions.
     KeyIsolation = 7,
-    /// 8: after the derived TTL the next call behaves as on a fresh key.
+    /// 8: after the derived TTL the next call behaves as on a fresh key, and not before.
     StateExpires = 8,
-    /// 9: many tasks and instances on one key never over-admit.
+    /// 9 (shared state): instances called round-robin admit what one instance would.
+    SharedState = 90,
+    /// 9 (concurrency): many threads over many instances on one key never over-admit.
     Concurrency = 9,
+}
+
+impl Contract {
+    /// The contract's number in the design (9 for both parts of contract 9).
+    pub const fn number(self) -> u8 {
+        match self {
+            Self::SharedState => 9,
+            other => other as u8,
+        }
+    }
 }
 
 impl fmt::Display for Contract {
@@ -128,9 +211,10 @@ impl fmt::Display for Contract {
             Self::RetryAfter => "Retry-After is exact",
             Self::KeyIsolation => "keys are isolated",
             Self::StateExpires => "state expires",
+            Self::SharedState => "shared state",
             Self::Concurrency => "concurrency",
         };
-        write!(f, "contract {} ({name})", *self as u8)
+        write!(f, "contract {} ({name})", self.number())
     }
 }
 
@@ -159,9 +243,9 @@ impl std::error::Error for Violation {}
 
 /// Runs every contract, 1 to 9, and returns the first violation.
 ///
-/// Contracts 1-8 and the exact concurrency check run on an injected clock;
-/// when `config.server_clock` is set, a second concurrency check runs on the
-/// stores' own clock.
+/// Contracts 1-8, shared state and the exact concurrency check run on an
+/// injected clock; when `config.server_clock` is set, a second concurrency
+/// check runs on the stores' own clock.
 pub async fn run_all(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result<(), Violation> {
     model_agreement(factory, config).await?;
     fixed_window_bound(factory, config).await?;
@@ -171,6 +255,7 @@ pub async fn run_all(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result
     retry_after_exact(factory, config).await?;
     keys_isolated(factory, config).await?;
     state_expires(factory, config).await?;
+    shared_state(factory, config).await?;
     concurrency(factory, config).await?;
     if config.server_clock {
         concurrency_server_clock(factory, config).await?;
