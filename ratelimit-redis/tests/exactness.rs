@@ -24,7 +24,8 @@ fn quotas() -> Vec<Quota> {
         Quota::sliding_window(Rate::new(1_000_003, Duration::from_secs(8_999))).unwrap(),
         Quota::fixed_window(Rate::new(1 << 40, Duration::from_secs(400 * 86_400))).unwrap(),
         Quota::fixed_window(Rate::new(5, Duration::from_micros(13))).unwrap(),
-        Quota::sliding_log(Rate::new(1 << 45, Duration::from_secs(3_600))).unwrap(),
+        // The largest sliding log accepted.
+        Quota::sliding_log(Rate::new(100_000, Duration::from_secs(3_600))).unwrap(),
         Quota::sliding_log(Rate::new(7, Duration::from_micros(1_000))).unwrap(),
         // unit 1_000_003, refill 999_983: full = burst x unit close to 2^53.
         Quota::token_bucket(

@@ -54,6 +54,35 @@ if total + cost <= limit then
     redis.call('ZREMRANGEBYSCORE', tkey, '-inf', edge)
     redis.call('ZREMRANGEBYRANK', ckey, 0, g - 1)
   end
+  if top + cost > 4503599627370496 then
+    -- Cumulative costs near 2^52 (a log admitting for a very long time):
+    -- renumber everything from the base, so every score stays exact below
+    -- 2^53. O(n), once per 2^52 units of admitted cost.
+    local cs = redis.call('ZRANGE', ckey, 0, -1, 'WITHSCORES')
+    local ts = redis.call('ZRANGE', tkey, 0, -1, 'WITHSCORES')
+    local renamed = {}
+    for i = 1, #cs, 2 do renamed[cs[i]] = tonumber(cs[i + 1]) - base end
+    redis.call('DEL', tkey, ckey)
+    local args = {}
+    for i = 1, #cs, 2 do
+      local v = renamed[cs[i]]
+      args[#args + 1] = v
+      args[#args + 1] = v
+      if #args >= 4000 or i + 2 > #cs then
+        redis.call('ZADD', ckey, unpack(args))
+        args = {}
+      end
+    end
+    for i = 1, #ts, 2 do
+      args[#args + 1] = ts[i + 1]
+      args[#args + 1] = renamed[ts[i]]
+      if #args >= 4000 or i + 2 > #ts then
+        redis.call('ZADD', tkey, unpack(args))
+        args = {}
+      end
+    end
+    top, base = top - base, 0
+  end
   local id = top + cost
   local cum = id
   if newest ~= nil and now < newest then
