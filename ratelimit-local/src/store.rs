@@ -167,7 +167,7 @@ impl DashMapStore {
 
 /// Map keys up to this many bytes are built on the stack, so a call for a
 /// caller that already has state allocates nothing.
-const INLINE_KEY: usize = 128;
+const INLINE_KEY: usize = 64;
 
 /// Calls `f` with the map key of `(quota name, key)` (the algorithm is the
 /// map's).

@@ -57,6 +57,9 @@ pub(super) fn step(
 ) -> (Decision, TokenBucketState, Micros) {
     let (unit, refill, full) = (b.unit(), b.refill(), b.full());
     let need = cost * unit;
+    if refill == 1 {
+        return whole_micros(b, state, now, need);
+    }
     // (delta, rho): the shortfall d = delta * refill + rho, 0 when full.
     let (delta, rho) = match state {
         Some(s) => {
@@ -98,4 +101,37 @@ pub(super) fn step(
     let retry = (delta as i64 + ceil_div(x, refill as i64)) as u64;
     let decision = Decision::from_store(false, b.capacity(), level / unit, reset, Some(retry));
     (decision, state.unwrap_or_default(), reset)
+}
+
+/// [`step`] for `refill == 1` (a whole number of µs per token, the common
+/// case): `rem` is always 0 and the shortfall is `tat - now` itself, so the
+/// same arithmetic needs no division by `refill`.
+#[inline]
+fn whole_micros(
+    b: &Bucket,
+    state: Option<TokenBucketState>,
+    now: Micros,
+    need: u64,
+) -> (Decision, TokenBucketState, Micros) {
+    let (unit, full) = (b.unit(), b.full());
+    let delta = match state {
+        Some(s) if s.tat > now => s.tat - now,
+        _ => 0,
+    };
+    if delta + need <= full {
+        let d = delta + need;
+        let decision = Decision::from_store(true, b.capacity(), (full - d) / unit, d, None);
+        return (
+            decision,
+            TokenBucketState {
+                tat: now + d,
+                rem: 0,
+            },
+            d,
+        );
+    }
+    let level = full.saturating_sub(delta);
+    let retry = delta + need - full;
+    let decision = Decision::from_store(false, b.capacity(), level / unit, delta, Some(retry));
+    (decision, state.unwrap_or_default(), delta)
 }
