@@ -22,6 +22,11 @@ done
 cargo run -q --release -p ratelimit-benches --bin bench_report -- "${baselines[@]}" | tee "$OUT/local.md"
 cargo bench -p ratelimit-benches --bench local_memory | tee "$OUT/local_memory.md"
 
+# Redis layouts: server time per call, throughput, Functions against EVALSHA,
+# sliding log cost against its length, bytes per caller (starts its own
+# redis-server).
+bash benches/script_cost.sh "$RUNS" | tee "$OUT/script_cost.md"
+
 # Redis: one process starts its own servers; RUNS runs of load and overhead.
 cargo run -q --release -p ratelimit-benches --features fred --bin redis_load -- \
     --runs "$RUNS" --cluster | tee "$OUT/redis.md"

@@ -6,8 +6,8 @@
 //! `ratelimit_core::model`, in integers below 2^53 (exact in Lua's doubles;
 //! floor division as `(a - math.fmod(a, b)) / b`, exact because `fmod` is),
 //! and returns integers only (Redis truncates Lua numbers in replies). The
-//! scripts are lean: no helper closures created per call, one `GET` or one
-//! range read for the state, integers handed to Redis as Lua numbers (Redis
+//! scripts are lean: no helper closures created per call, one `GET` for a
+//! counter or bucket state and O(log n) sorted-set lookups for a log, integers handed to Redis as Lua numbers (Redis
 //! writes an integral number below 2^53 as its exact decimal digits).
 //!
 //! Calling convention:
@@ -29,7 +29,7 @@
 //! |---|---|---|
 //! | fixed window | string | `window:count` |
 //! | sliding window counter | string | `window:prev:curr` |
-//! | sliding log | sorted set | member `time:cost`, score `time` (µs) |
+//! | sliding log | two sorted sets (`KEYS[1]` and `KEYS[1]:c`, one hash tag) | times (score µs, member call id) and cumulative costs (score, same ids, plus a base) |
 //! | token bucket | string | the theoretical arrival time `tat` (µs) as one integer; `tat:rem` when the rate leaves a sub-µs remainder |
 //!
 //! Every write sets the key's expiry to the model's derived TTL rounded up to

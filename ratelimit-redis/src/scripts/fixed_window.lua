@@ -32,7 +32,7 @@ if count + cost <= limit then
   if ms > 0 then ms = (until_end - ms) / 1000 + 2 else ms = until_end / 1000 + 1 end
   local min_ms = tonumber(ARGV[2])
   if ms < min_ms then ms = min_ms end
-  redis.call('SET', KEYS[1], string.format('%.0f:%.0f', idx, count), 'PX', ms)
+  redis.call('SET', KEYS[1], string.format('%d:%d', idx, count), 'PX', string.format('%d', ms))
   local remaining = limit - count
   return {1, remaining, until_end, -1}
 end

@@ -38,7 +38,8 @@ local edge = now - width
 
 -- g: entries gone from the window. base: cumulative cost before the oldest
 -- entry still in it. top: cumulative cost of all entries (C's maximum).
-local g = redis.call('ZCOUNT', tkey, '-inf', edge)
+local fmt = string.format
+local g = redis.call('ZCOUNT', tkey, '-inf', fmt('%d', edge))
 local base, top, newest = 0, 0, nil
 local b = redis.call('ZRANGE', ckey, g, g, 'WITHSCORES')
 if b[2] then base = tonumber(b[2]) end
@@ -51,7 +52,7 @@ local total = top - base
 if total + cost <= limit then
   if g > 0 then
     -- Drop the gone entries; the newest of them stays in C as the base.
-    redis.call('ZREMRANGEBYSCORE', tkey, '-inf', edge)
+    redis.call('ZREMRANGEBYSCORE', tkey, '-inf', fmt('%d', edge))
     redis.call('ZREMRANGEBYRANK', ckey, 0, g - 1)
   end
   if top + cost > 4503599627370496 then
@@ -89,27 +90,29 @@ if total + cost <= limit then
     -- The clock went back: the call goes after the entries at t <= now
     -- (a prefix of C, above the base) and before the later ones, whose
     -- cumulative cost grows by `cost`.
-    local later = redis.call('ZRANGEBYSCORE', tkey, '(' .. string.format('%.0f', now), '+inf')
+    local later = redis.call('ZRANGEBYSCORE', tkey, fmt('(%d', now), '+inf')
     for i = 1, #later do
       redis.call('ZINCRBY', ckey, cost, later[i])
     end
-    local k = redis.call('ZCOUNT', tkey, '-inf', now)
+    local k = redis.call('ZCOUNT', tkey, '-inf', fmt('%d', now))
     cum = tonumber(redis.call('ZRANGE', ckey, k, k, 'WITHSCORES')[2] or 0) + cost
   else
     newest = now
   end
-  redis.call('ZADD', tkey, now, id)
+  local sid = fmt('%d', id)
+  redis.call('ZADD', tkey, fmt('%d', now), sid)
   if m[2] then
-    redis.call('ZADD', ckey, cum, id)
+    redis.call('ZADD', ckey, fmt('%d', cum), sid)
   else
     -- A new log: C starts with its base, id 0 at cumulative cost 0.
-    redis.call('ZADD', ckey, 0, 0, cum, id)
+    redis.call('ZADD', ckey, 0, 0, fmt('%d', cum), sid)
   end
   local reset = newest + width - now
   local ms = math.fmod(reset, 1000)
   if ms > 0 then ms = (reset - ms) / 1000 + 2 else ms = reset / 1000 + 1 end
   local min_ms = tonumber(ARGV[2])
   if ms < min_ms then ms = min_ms end
+  ms = fmt('%d', ms)
   redis.call('PEXPIRE', tkey, ms)
   redis.call('PEXPIRE', ckey, ms)
   local remaining = 0
@@ -118,7 +121,7 @@ if total + cost <= limit then
 end
 
 -- Denied: wait until the oldest entries whose cost must leave have left.
-local first = redis.call('ZRANGEBYSCORE', ckey, top + cost - limit, '+inf', 'LIMIT', 0, 1)
+local first = redis.call('ZRANGEBYSCORE', ckey, fmt('%d', top + cost - limit), '+inf', 'LIMIT', 0, 1)
 local t = tonumber(redis.call('ZSCORE', tkey, first[1]))
 local remaining = 0
 if limit > total then remaining = limit - total end

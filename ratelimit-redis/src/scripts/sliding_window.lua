@@ -77,7 +77,7 @@ if allowed then
   if ms > 0 then ms = (reset - ms) / 1000 + 2 else ms = reset / 1000 + 1 end
   local min_ms = tonumber(ARGV[2])
   if ms < min_ms then ms = min_ms end
-  redis.call('SET', KEYS[1], string.format('%.0f:%.0f:%.0f', idx, prev, curr), 'PX', ms)
+  redis.call('SET', KEYS[1], string.format('%d:%d:%d', idx, prev, curr), 'PX', string.format('%d', ms))
   return {1, remaining, reset, -1}
 end
 -- Denied: nothing is written. The stored state is the model's (the roll
