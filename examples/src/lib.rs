@@ -3,7 +3,12 @@
 //! ## This crate
 //!
 //! Runnable programs for the workspace: the `demo` (traffic shapes of the
-//! problem replayed against the four algorithms) and the HTTP `server`. The
-//! demo's logic lives in [`demo`] so that it is tested, not just run.
+//! problem replayed against the four algorithms), the HTTP `server` (policies
+//! from `--config FILE`), and the `accuracy` report (generated traffic judged
+//! by the exact sliding log, and the boundary-burst picture). Their logic
+//! lives in [`demo`], [`accuracy`] and [`picture`] so that it is tested, not
+//! just run.
 
+pub mod accuracy;
 pub mod demo;
+pub mod picture;

@@ -63,10 +63,16 @@ async fn redis_prints_the_same_table() {
     let local_rows = demo::run_all(local, &local_clock, "t").await;
 
     let clock = ManualClock::new(demo::NOON);
+    // Generous timeouts: on a loaded machine the default 30 ms reply timeout
+    // can fire, and a decision by failure policy would change the table.
+    let slow = std::time::Duration::from_secs(5);
     let redis: Arc<dyn Store> = Arc::new(
         ratelimit_redis::RedisStore::builder(server.url())
             .prefix(&fresh_prefix())
             .clock(clock.clone())
+            .response_timeout(slow)
+            .connection_timeout(slow)
+            .timeout(2 * slow)
             .build()
             .await
             .expect("connect to the test server"),

@@ -8,6 +8,10 @@ use std::process::{Child, Command, Stdio};
 struct Server {
     child: Child,
     addr: String,
+    /// The lines printed before the "listening on" banner.
+    preamble: Vec<String>,
+    /// Kept open so that the server never writes to a closed pipe.
+    _stdout: BufReader<std::process::ChildStdout>,
 }
 
 impl Drop for Server {
@@ -17,26 +21,47 @@ impl Drop for Server {
     }
 }
 
-fn start() -> Server {
+fn free_addr() -> String {
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
-    let addr = format!("127.0.0.1:{port}");
+    format!("127.0.0.1:{port}")
+}
+
+fn start() -> Server {
+    start_with(&[])
+}
+
+fn start_with(extra: &[&str]) -> Server {
+    let addr = free_addr();
     let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
         .args(["--addr", &addr])
+        .args(extra)
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the server binary");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the banner");
-    assert!(
-        line.starts_with(&format!("listening on http://{addr}")),
-        "{line}"
-    );
-    Server { child, addr }
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut preamble = Vec::new();
+    loop {
+        let mut line = String::new();
+        let n = stdout.read_line(&mut line).expect("read the banner");
+        assert!(n > 0, "the server exited before listening: {preamble:?}");
+        if line.starts_with("listening on") {
+            assert!(
+                line.starts_with(&format!("listening on http://{addr}")),
+                "{line}"
+            );
+            break;
+        }
+        preamble.push(line.trim_end().to_owned());
+    }
+    Server {
+        child,
+        addr,
+        preamble,
+        _stdout: stdout,
+    }
 }
 
 struct Reply {
@@ -137,4 +162,185 @@ fn api_key_plan_missing_key_and_login() {
     let r = request(&server, "GET", "/", &[]);
     assert_eq!(r.status, 200);
     assert!(r.header("x-ratelimit-limit").is_none());
+}
+
+fn examples_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+#[test]
+fn the_committed_policy_file_loads() {
+    let file = examples_dir().join("policies.toml");
+    let server = start_with(&["--config", file.to_str().unwrap()]);
+    assert_eq!(
+        server.preamble,
+        [
+            format!(
+                "policy \"api\" (from {}): token bucket, 100 per 60s, burst 20",
+                file.display()
+            ),
+            format!(
+                "policy \"login\" (from {}): sliding log, 5 per 900s",
+                file.display()
+            ),
+        ]
+    );
+    let r = request(&server, "GET", "/api/hello", &[("x-api-key", "k")]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("ratelimit-policy"), Some("\"api\";q=20;w=12"));
+}
+
+#[test]
+fn policies_from_a_yaml_file_replace_the_defaults() {
+    let dir = std::env::temp_dir().join(format!("ratelimit-server-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("policies.yaml");
+    std::fs::write(
+        &file,
+        "policies:\n  - name: api\n    algorithm: sliding_window\n    limit: 3\n    window: 1h\n",
+    )
+    .unwrap();
+    let server = start_with(&["--config", file.to_str().unwrap()]);
+    assert!(
+        server.preamble[0].ends_with("sliding window counter, 3 per 3600s"),
+        "{:?}",
+        server.preamble
+    );
+    // `login` was left out: it keeps its default.
+    assert!(
+        server.preamble[1].ends_with("sliding log, 5 per 900s"),
+        "{:?}",
+        server.preamble
+    );
+    let key = [("x-api-key", "yaml-key")];
+    for i in 0..3 {
+        let r = request(&server, "GET", "/api/hello", &key);
+        assert_eq!(r.status, 200, "request {i}");
+        assert_eq!(r.header("ratelimit-policy"), Some("\"api\";q=3;w=3600"));
+    }
+    let r = request(&server, "GET", "/api/hello", &key);
+    assert_eq!(r.status, 429);
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_invalid_policy_file_stops_the_server_with_the_field_named() {
+    let dir = std::env::temp_dir().join(format!("ratelimit-server-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text, says) in [
+        (
+            "zero.json",
+            r#"{"policies": [{"name": "api", "algorithm": "token_bucket", "rate": "100/min", "burst": 0}]}"#,
+            "policies[0].burst (policy \"api\"): burst must be greater than zero",
+        ),
+        (
+            "other.toml",
+            "[[policies]]\nname = \"search\"\nalgorithm = \"sliding_log\"\nlimit = 1\nwindow = \"1s\"\n",
+            "policy \"search\": this server has the policies \"api\" and \"login\"",
+        ),
+    ] {
+        let file = dir.join(name);
+        std::fs::write(&file, text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_server"))
+            .args(["--addr", &free_addr(), "--config", file.to_str().unwrap()])
+            .output()
+            .expect("run the server binary");
+        assert!(!out.status.success(), "{name} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{name}: {stderr}");
+        assert!(out.stdout.is_empty(), "{name}: it should not listen");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The names of the rate-limit fields a reply carries.
+fn rate_limit_fields(r: &Reply) -> Vec<&'static str> {
+    [
+        "retry-after",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+        "ratelimit-policy",
+        "ratelimit",
+    ]
+    .into_iter()
+    .filter(|n| r.header(n).is_some())
+    .collect()
+}
+
+#[test]
+fn unknown_urls_and_wrong_methods_are_never_limited() {
+    let server = start();
+    let not_limited = |method: &str, path: &str, status: u16| {
+        let r = request(&server, method, path, &[]);
+        assert_eq!(r.status, status, "{method} {path}: {}", r.body);
+        assert!(
+            rate_limit_fields(&r).is_empty(),
+            "{method} {path} carries {:?}",
+            rate_limit_fields(&r)
+        );
+    };
+    let login = |remaining: &str| {
+        let r = request(&server, "POST", "/login", &[]);
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.header("x-ratelimit-remaining"), Some(remaining));
+    };
+
+    // Before exhaustion: a 404 or a 405 costs no login attempt.
+    login("4");
+    not_limited("GET", "/nope", 404);
+    not_limited("GET", "/favicon.ico", 404);
+    not_limited("POST", "/nope", 404);
+    not_limited("GET", "/login", 405);
+    not_limited("GET", "/api/orders", 405);
+    login("3");
+    login("2");
+    login("1");
+    login("0");
+    assert_eq!(request(&server, "POST", "/login", &[]).status, 429);
+
+    // After exhaustion: unknown URLs are still plain 404s.
+    not_limited("GET", "/nope", 404);
+    not_limited("GET", "/favicon.ico", 404);
+    not_limited("GET", "/login", 405);
+    // And so is an unknown URL with an API key, whose plan is untouched.
+    let key = [("x-api-key", "demo-key")];
+    let r = request(&server, "GET", "/api/nope", &key);
+    assert_eq!(r.status, 404);
+    assert!(rate_limit_fields(&r).is_empty(), "{:?}", r.headers);
+    let r = request(&server, "GET", "/api/hello", &key);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("19"));
+}
+
+#[test]
+fn unusable_api_keys_have_their_own_answers_and_cost_nothing() {
+    let server = start();
+    let problem = |r: &Reply, status: u16, kind: &str| {
+        assert_eq!(r.status, status, "{}", r.body);
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(rate_limit_fields(r).is_empty(), "{:?}", r.headers);
+        assert!(
+            r.body
+                .contains(&format!("\"type\":\"urn:ratelimit:problem:{kind}\"")),
+            "{}",
+            r.body
+        );
+    };
+
+    let r = request(&server, "GET", "/api/hello", &[]);
+    problem(&r, 401, "missing-key");
+    let long = "k".repeat(257);
+    let r = request(&server, "GET", "/api/hello", &[("x-api-key", &long)]);
+    problem(&r, 431, "key-too-long");
+    assert!(r.body.contains("at most 256 bytes"), "{}", r.body);
+    let twice = [("x-api-key", "demo-key"), ("x-api-key", "other-key")];
+    let r = request(&server, "GET", "/api/hello", &twice);
+    problem(&r, 400, "ambiguous-key");
+
+    // None of them touched demo-key's plan.
+    let r = request(&server, "GET", "/api/hello", &[("x-api-key", "demo-key")]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("19"));
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::Lib;
-use ratelimit_core::{FailurePolicy, Limiter, Quota, Rate, Source};
+use ratelimit_core::{CircuitBreaker, FailurePolicy, Limiter, Quota, Rate, Source};
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::fresh_prefix;
 
@@ -19,6 +19,8 @@ const LIMITER_TIMEOUT: Duration = Duration::from_millis(300);
 /// Scheduling slack on a loaded 2-core machine, on top of the timeout.
 const SLACK: Duration = Duration::from_millis(250);
 const TASKS: usize = 4;
+/// The limiter's circuit breaker cool-down in this test.
+const BREAKER_COOL_DOWN: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone, Copy)]
 struct Sample {
@@ -46,6 +48,9 @@ async fn failover_under_load(lib: Lib) {
         .unwrap()
         .failure_policy(FailurePolicy::FailOpen)
         .timeout(LIMITER_TIMEOUT)
+        // Once the breaker opens, calls cost no time until it probes again:
+        // a cool-down of a quarter second keeps the gap after the promotion short.
+        .circuit_breaker(CircuitBreaker::new(5, BREAKER_COOL_DOWN))
         .build()
         .unwrap();
     let caller = b"busy-caller";
@@ -96,7 +101,7 @@ async fn failover_under_load(lib: Lib) {
         "the dead master's replica took over"
     );
     // Let traffic run on the new master for a while, then stop.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::Relaxed);
     let mut samples = Vec::new();
     for t in tasks {
@@ -121,13 +126,15 @@ async fn failover_under_load(lib: Lib) {
     println!(
         "FAILOVER lib={lib:?} kill->promotion seen by fixture {:?}; kill->first store decision {:?}; \
          last policy decision ended {:?} after kill; policy decisions {} of {total} \
-         (timeouts {}, errors {}); max latency {max_latency:?}; store stats {:?}",
+         (timeouts {}, errors {}, not sent while the breaker was open {}); max latency \
+         {max_latency:?}; store stats {:?}",
         promoted_at - killed_at,
         first_store_after_kill - killed_at,
         last_policy.map(|t| t.saturating_sub(killed_at)),
         policy.len(),
         stats.timeouts,
         stats.errors,
+        stats.short_circuits,
         store.stats(),
     );
 
@@ -152,8 +159,10 @@ async fn failover_under_load(lib: Lib) {
         "policy decisions after the promotion: {:?}",
         tail.iter().filter(|s| s.source != Source::Store).count()
     );
-    // The policy decisions cluster around the failover, not elsewhere.
-    let gap_end = promoted_at + Duration::from_secs(1);
+    // The policy decisions cluster around the failover, not elsewhere: from
+    // the kill until the clients have seen the promotion (1 s) and the
+    // breaker's last cool-down has ended.
+    let gap_end = promoted_at + Duration::from_secs(1) + BREAKER_COOL_DOWN;
     assert!(
         policy
             .iter()

@@ -10,9 +10,36 @@ pub enum Source {
     /// The store failed or timed out and the limiter's policy is fail-open:
     /// allowed without counting.
     FailOpen,
-    /// The store failed or timed out and the limiter's policy is fail-closed:
-    /// denied without counting.
+    /// The store failed or timed out (or the circuit breaker is open) and the
+    /// limiter's policy is fail-closed: denied. Nothing is counted by the
+    /// store after the limiter has answered (see the Redis store's deadline).
     FailClosed,
+    /// The shared store was unavailable and the limiter's in-process fallback
+    /// store decided, under each quota divided by the number of instances.
+    Fallback,
+    /// The limiter's deny cache answered: the store had denied this caller
+    /// with an exact `retry_after` that has not yet passed, for a cost no
+    /// larger than this call's. No round trip was made.
+    Cache,
+    /// Admitted only because every quota that would have denied the call is
+    /// in shadow (dry-run) mode. The numbers are those of the binding
+    /// enforced quota.
+    Shadow,
+}
+
+impl Source {
+    /// A short, stable label: `store`, `fail_open`, `fail_closed`,
+    /// `fallback`, `cache`, `shadow` (used in metrics and logs).
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Store => "store",
+            Self::FailOpen => "fail_open",
+            Self::FailClosed => "fail_closed",
+            Self::Fallback => "fallback",
+            Self::Cache => "cache",
+            Self::Shadow => "shadow",
+        }
+    }
 }
 
 /// The outcome of a check. A denial is a value, not an error.
@@ -29,9 +56,10 @@ pub enum Source {
 /// `retry_after` is set only when denied: the exact time after which the same
 /// call would be admitted, absent other traffic.
 ///
-/// When `source` is not [`Source::Store`] the store was not consulted:
-/// `remaining` and `reset_after` are unknown and set to zero, and
-/// [`crate::RateLimitHeaders`] leaves them out rather than invent them.
+/// When `source` is [`Source::FailOpen`] or [`Source::FailClosed`] no store
+/// was consulted: `remaining` and `reset_after` are unknown and set to
+/// zero, and [`crate::RateLimitHeaders`] leaves them out rather than invent
+/// them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     /// Whether the call is admitted.
@@ -83,8 +111,39 @@ impl Decision {
         }
     }
 
-    /// Whether the store made this decision (as opposed to the failure policy).
+    /// Whether the numbers (`remaining`, `reset_after`) are known: the store,
+    /// the fallback store, the deny cache or a shadowed store decision made
+    /// it, as opposed to the failure policy.
     pub fn is_from_store(&self) -> bool {
-        self.source == Source::Store
+        !matches!(self.source, Source::FailOpen | Source::FailClosed)
+    }
+}
+
+/// The outcome of a check against all of a limiter's quotas at once.
+///
+/// `decision` is the combined answer: admitted only if every enforced quota
+/// admits the call. Its numbers are those of the **binding** quota
+/// (`quotas[binding]`): on a denial the quota that forces the longest wait,
+/// so `retry_after` is the exact time until *every* quota would admit the
+/// same call; on an admission the quota with the least `remaining`
+/// relative to its `limit` (the first on a tie).
+/// `quotas` holds each quota's own decision, in the limiter's order: for a
+/// quota that would admit a call another quota denied, `allowed` is true and
+/// `remaining` is its remaining *without* this call (a denied call is
+/// counted in no quota).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The combined decision (the binding quota's numbers).
+    pub decision: Decision,
+    /// Index of the binding quota in the limiter's quotas.
+    pub binding: usize,
+    /// Each quota's own decision, in the limiter's order.
+    pub quotas: Vec<Decision>,
+}
+
+impl Verdict {
+    /// Whether the call is admitted.
+    pub fn allowed(&self) -> bool {
+        self.decision.allowed
     }
 }

@@ -55,6 +55,15 @@ pub enum ConfigError {
     /// A limiter built without a quota.
     #[error("a limiter needs at least one quota")]
     NoQuota,
+    /// Two quotas of one limiter with the same name and algorithm: they
+    /// would share state.
+    #[error(
+        "two quotas named {name:?} with the same algorithm: they would share state; give each          its own name with Quota::named"
+    )]
+    DuplicatePolicy {
+        /// The name.
+        name: String,
+    },
     /// A limiter built without a timer while the `tokio` feature is off.
     #[error("no timer: enable ratelimit-core's `tokio` feature or call `LimiterBuilder::timer`")]
     NoTimer,
@@ -78,6 +87,14 @@ pub enum CostError {
         limit: u64,
         /// The policy name.
         policy: String,
+    },
+    /// Per-quota costs that do not match the limiter's quotas one to one.
+    #[error("{given} costs given for {quotas} quotas: give one cost per quota, in order")]
+    Count {
+        /// How many costs were given.
+        given: usize,
+        /// How many quotas the limiter has.
+        quotas: usize,
     },
 }
 

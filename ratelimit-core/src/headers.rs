@@ -80,6 +80,73 @@ impl RateLimitHeaders {
         Self { fields }
     }
 
+    /// No fields at all (for a decision under a shadow quota only).
+    pub fn empty() -> Self {
+        Self { fields: Vec::new() }
+    }
+
+    /// The fields for a verdict over several quotas: `Retry-After` and
+    /// `X-RateLimit-*` from the binding quota's decision; `RateLimit-Policy`
+    /// and `RateLimit` list every quota in `listed` (draft-11 fields are
+    /// lists), each with its own numbers (`RateLimit` only for quotas whose
+    /// numbers are known).
+    ///
+    /// ```
+    /// use ratelimit_core::{model, Quota, Rate, RateLimitHeaders};
+    /// let s = Quota::fixed_window(Rate::per_second(10)).unwrap().named("second").unwrap();
+    /// let d = Quota::fixed_window(Rate::per_day(1000)).unwrap().named("day").unwrap();
+    /// let now = 20_834 * 86_400_000_000; // midnight UTC
+    /// let a = model::decide(&s, None, now, 1).unwrap().decision;
+    /// let b = model::decide(&d, None, now, 1).unwrap().decision;
+    /// let h = RateLimitHeaders::for_all(&a, &s, &[(&a, &s), (&b, &d)], now);
+    /// assert_eq!(h.get("X-RateLimit-Remaining"), Some("9"));
+    /// assert_eq!(
+    ///     h.get("RateLimit-Policy"),
+    ///     Some("\"second\";q=10;w=1, \"day\";q=1000;w=86400")
+    /// );
+    /// assert_eq!(h.get("RateLimit"), Some("\"second\";r=9;t=1, \"day\";r=999;t=86400"));
+    /// ```
+    pub fn for_all(
+        decision: &Decision,
+        binding: &Quota,
+        listed: &[(&Decision, &Quota)],
+        now: Micros,
+    ) -> Self {
+        let mut h = Self::new(decision, binding, now);
+        h.fields
+            .retain(|(k, _)| *k != "RateLimit-Policy" && *k != "RateLimit");
+        let policies: Vec<String> = listed
+            .iter()
+            .map(|(_, q)| {
+                format!(
+                    "\"{}\";q={};w={}",
+                    q.name(),
+                    q.limit(),
+                    ceil_secs(q.window()).max(1)
+                )
+            })
+            .collect();
+        if !policies.is_empty() {
+            h.fields.push(("RateLimit-Policy", policies.join(", ")));
+        }
+        let states: Vec<String> = listed
+            .iter()
+            .filter(|(d, _)| d.is_from_store())
+            .map(|(d, q)| {
+                format!(
+                    "\"{}\";r={};t={}",
+                    q.name(),
+                    d.remaining,
+                    ceil_secs(d.reset_after)
+                )
+            })
+            .collect();
+        if !states.is_empty() {
+            h.fields.push(("RateLimit", states.join(", ")));
+        }
+        h
+    }
+
     /// The fields in order.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
         self.fields.iter().map(|(k, v)| (*k, v.as_str()))

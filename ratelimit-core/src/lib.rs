@@ -11,15 +11,18 @@ pub mod quota;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, Micros, SystemClock};
-pub use decision::{Decision, Source};
+pub use decision::{Decision, Source, Verdict};
 pub use error::{ConfigError, CostError, Result, StoreError};
 pub use headers::RateLimitHeaders;
+#[cfg(feature = "deny-cache")]
+pub use limiter::DenyCache;
 #[cfg(feature = "tokio")]
 pub use limiter::TokioTimer;
 pub use limiter::{
-    DEFAULT_TIMEOUT, FailurePolicy, Limiter, LimiterBuilder, LimiterStats, Sleep, Timer,
+    AcquireError, BreakerState, CircuitBreaker, DEFAULT_TIMEOUT, FailurePolicy, Limiter,
+    LimiterBuilder, LimiterStats, Sleep, Timer,
 };
-pub use model::{State, Step};
+pub use model::{Charge, State, Step};
 pub use quota::{
     Algorithm, AlgorithmKind, Bucket, MAX_EXACT, MAX_SLIDING_LOG_LIMIT, Quota, Rate, Window,
 };

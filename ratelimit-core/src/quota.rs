@@ -415,6 +415,58 @@ impl Quota {
         &self.name
     }
 
+    /// The policy name, shared.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn name_arc(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// This quota divided among `instances` application instances, for the
+    /// limiter's in-process fallback store: the same name, algorithm and
+    /// window, with the limit (or the token bucket's burst and rate) divided
+    /// and rounded down, but never below 1. `instances` of 0 counts as 1.
+    ///
+    /// ```
+    /// use ratelimit_core::{Quota, Rate};
+    /// let q = Quota::token_bucket(Rate::per_minute(100), 20).unwrap();
+    /// let local = q.divided(4).unwrap();
+    /// assert_eq!(local.limit(), 5);
+    /// assert_eq!(local.window(), q.window());
+    /// ```
+    pub fn divided(&self, instances: u32) -> Result<Self, ConfigError> {
+        let n = u64::from(instances.max(1));
+        let mut q = match &self.algorithm {
+            Algorithm::FixedWindow(w) | Algorithm::SlidingWindow(w) | Algorithm::SlidingLog(w) => {
+                let rate = Rate::new((w.limit / n).max(1), Duration::from_micros(w.window));
+                match self.algorithm {
+                    Algorithm::FixedWindow(_) => Self::fixed_window(rate)?,
+                    Algorithm::SlidingWindow(_) => Self::sliding_window(rate)?,
+                    _ => Self::sliding_log(rate)?,
+                }
+            }
+            Algorithm::TokenBucket(b) => {
+                let burst = (b.capacity / n).max(1);
+                // Dividing the rate by stretching the period keeps it exact
+                // where the period allows; else divide the count.
+                let stretched = b
+                    .rate
+                    .period
+                    .checked_mul(u32::try_from(n).unwrap_or(u32::MAX))
+                    .filter(|p| *p <= MAX_WINDOW)
+                    .map(|p| Rate::new(b.rate.count, p));
+                match stretched.map(|r| Self::token_bucket(r, burst)) {
+                    Some(Ok(q)) => q,
+                    _ => Self::token_bucket(
+                        Rate::new((b.rate.count / n).max(1), b.rate.period),
+                        burst,
+                    )?,
+                }
+            }
+        };
+        q.name = self.name.clone();
+        Ok(q)
+    }
+
     /// The validated algorithm parameters.
     pub const fn algorithm(&self) -> &Algorithm {
         &self.algorithm

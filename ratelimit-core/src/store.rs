@@ -8,6 +8,7 @@ use crate::clock::Clock;
 
 use crate::decision::Decision;
 use crate::error::Result;
+use crate::model::Charge;
 use crate::quota::Quota;
 
 /// Where callers' rate-limit state lives: in process, in Redis, in a cluster,
@@ -26,6 +27,15 @@ use crate::quota::Quota;
 /// could be made (the limiter applies its failure policy). A cost of zero or
 /// above the quota's limit is `Err(StoreError::Cost)`.
 ///
+/// `decide_all` makes one decision for `key` over several quotas, all or
+/// nothing: the call is admitted only if every enforced charge admits it,
+/// and a denied call is counted in no quota. Its decisions equal
+/// [`crate::model::decide_all`]'s. The provided implementation is **not
+/// atomic**: it calls `decide` for each charge in order and stops at the
+/// first denial, so quotas before it have counted the call, and it returns
+/// decisions for the charges up to that denial only; it reports
+/// [`Store::atomic_all`] `false`. The shipped stores override both.
+///
 /// `ratelimit-testkit` checks all of this for any store.
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
@@ -43,6 +53,28 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn decide_sync(&self, key: &[u8], quota: &Quota, cost: u64) -> Option<Result<Decision>> {
         let _ = (key, quota, cost);
         None
+    }
+
+    /// Makes one all-or-nothing decision over several quotas; one decision
+    /// per charge, in order. See the trait's contract: the provided
+    /// implementation is not atomic.
+    async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
+        let mut out = Vec::with_capacity(charges.len());
+        for c in charges {
+            let d = self.decide(key, c.quota, c.cost).await?;
+            let stop = !d.allowed && !c.shadow;
+            out.push(d);
+            if stop {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether [`Store::decide_all`] is atomic (all or nothing, one step).
+    /// `false` for the provided implementation.
+    fn atomic_all(&self) -> bool {
+        false
     }
 
     /// The clock the store decides by, when it is one the application can
@@ -64,6 +96,12 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     fn decide_sync(&self, key: &[u8], quota: &Quota, cost: u64) -> Option<Result<Decision>> {
         (**self).decide_sync(key, quota, cost)
     }
+    async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
+        (**self).decide_all(key, charges).await
+    }
+    fn atomic_all(&self) -> bool {
+        (**self).atomic_all()
+    }
     fn clock(&self) -> Option<Arc<dyn Clock>> {
         (**self).clock()
     }
@@ -76,6 +114,12 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn decide_sync(&self, key: &[u8], quota: &Quota, cost: u64) -> Option<Result<Decision>> {
         (**self).decide_sync(key, quota, cost)
+    }
+    async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
+        (**self).decide_all(key, charges).await
+    }
+    fn atomic_all(&self) -> bool {
+        (**self).atomic_all()
     }
     fn clock(&self) -> Option<Arc<dyn Clock>> {
         (**self).clock()

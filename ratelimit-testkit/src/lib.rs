@@ -1,9 +1,13 @@
 #![doc = include_str!("../README.md")]
 
 pub mod conformance;
+#[cfg(feature = "redis")]
+pub mod proxy;
 #[cfg(feature = "redis-cluster")]
 pub mod redis_cluster;
 #[cfg(feature = "redis")]
 pub mod redis_server;
+#[cfg(feature = "redis")]
+pub mod server_process;
 
 pub use conformance::{Contract, StoreFactory, SuiteConfig, Violation, run_all};

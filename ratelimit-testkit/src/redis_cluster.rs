@@ -16,7 +16,13 @@
 //! ([`RedisCluster::migrate_slot`]: `SETSLOT IMPORTING`/`MIGRATING`, `MIGRATE`
 //! in batches, `SETSLOT NODE` everywhere).
 //!
-//! Nodes are named by their port.
+//! Nodes are named by their port. Every node is a [`ServerProcess`], as the
+//! single-server fixture is.
+//!
+//! For lost-reply and stall tests, [`RedisCluster::start_local_proxied`]
+//! puts a [`Proxy`] in front of every node and has the node announce the
+//! proxy's port, so that clients (which follow announced addresses) reach
+//! every node through it.
 //!
 //! With the environment variable `RATELIMIT_REDIS_CLUSTER_URLS` set to a
 //! comma-separated list of node URLs (`redis://127.0.0.1:7000/,...`), the
@@ -33,14 +39,16 @@
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use crate::proxy::Proxy;
 use crate::redis_server::fresh_prefix;
+use crate::server_process::{HOW_TO_GET_REDIS, ServerOptions, ServerProcess, connect};
 
 /// The environment variable that points the suites at an external cluster:
 /// comma-separated node URLs.
@@ -56,9 +64,7 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The number of hash slots in a Redis Cluster.
 pub const SLOTS: u16 = 16384;
 
-const HOW_TO_GET_REDIS: &str = "install it with `apt-get install -y redis-server redis-tools` \
-     (Debian/Ubuntu; the `redis-server` and `redis-cli` binaries must be on PATH), \
-     or point the suite at a running cluster with \
+const EXTERNAL_HINT: &str = "point the suite at a running cluster with \
      RATELIMIT_REDIS_CLUSTER_URLS=redis://host:port/,redis://host:port/,...";
 
 /// A node's role.
@@ -77,7 +83,9 @@ pub struct Node {
     pub id: String,
     /// The host the node announces (`127.0.0.1` for a local cluster).
     pub host: String,
-    /// The client port.
+    /// The node's own client port: the fixture's name for it (in a proxied
+    /// cluster the node announces its proxy's port, and is still named by
+    /// its own).
     pub port: u16,
     /// Master or replica.
     pub role: Role,
@@ -102,16 +110,12 @@ impl Node {
 }
 
 #[derive(Debug)]
-struct LocalNode {
-    port: u16,
-    child: Option<Child>,
-}
-
-#[derive(Debug)]
 enum Mode {
     Local {
         dir: PathBuf,
-        nodes: Mutex<Vec<LocalNode>>,
+        nodes: Mutex<Vec<ServerProcess>>,
+        /// For a proxied cluster: each node's proxy, by the node's port.
+        proxies: HashMap<u16, Proxy>,
     },
     External {
         urls: Vec<String>,
@@ -178,42 +182,81 @@ impl RedisCluster {
     /// how to get them), or the cluster does not become healthy within
     /// [`READY_TIMEOUT`].
     pub fn start_local() -> Self {
+        Self::start_local_with(false)
+    }
+
+    /// A new local cluster whose every node has a [`Proxy`] in front of it
+    /// and **announces the proxy's port** (`cluster-announce-ip 127.0.0.1`,
+    /// `cluster-announce-port <proxy>`; the cluster bus stays direct), so
+    /// that clients reach every node through its proxy: the seeds of
+    /// [`RedisCluster::urls`], the addresses in `CLUSTER SLOTS` and `CLUSTER
+    /// NODES`, and `MOVED`/`ASK` redirects all name proxy ports.
+    /// [`RedisCluster::proxy`] gives the proxy of a node, for lost replies,
+    /// stalls and cuts.
+    ///
+    /// Everything else of the fixture keeps naming nodes by their own port
+    /// and talks to them directly ([`RedisCluster::query`],
+    /// [`RedisCluster::connection`], [`Node::port`]): a test reads the state
+    /// the server holds, not what the proxy lets through.
+    ///
+    /// Replication also follows the announced address: a replica's link to
+    /// its master goes through the master's proxy. So a paused or cut proxy
+    /// stalls or breaks replication too (the cluster bus, and so failure
+    /// detection, does not go through it), and a loss armed for any request
+    /// may hit replication traffic: target the store's command instead
+    /// ([`Proxy::drop_replies_to`] with `b"EVALSHA"`).
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisCluster::start_local`].
+    pub fn start_local_proxied() -> Self {
+        Self::start_local_with(true)
+    }
+
+    fn start_local_with(proxied: bool) -> Self {
         let dir = std::env::temp_dir().join(format!("rl-cluster-{:016x}", rand::random::<u64>()));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
-        let cluster = Self {
-            mode: Mode::Local {
-                dir,
-                nodes: Mutex::new(Vec::new()),
-            },
-            prefix: fresh_prefix(),
-        };
+        let options = node_options(&dir);
+        let mut nodes = Vec::new();
+        let mut proxies = HashMap::new();
         let mut last = String::new();
-        for _ in 0..6 {
-            let port = free_port_pair();
-            match cluster.spawn_node(port) {
-                Ok(child) => cluster.local_nodes().push(LocalNode {
-                    port,
-                    child: Some(child),
-                }),
+        // Ports can be taken between finding and using them: a few spare tries.
+        for _ in 0..16 {
+            if nodes.len() == 6 {
+                break;
+            }
+            let port = options.free_port();
+            let started = if proxied {
+                let proxy = Proxy::start(SocketAddr::from(([127, 0, 0, 1], port)));
+                let announcing = options.clone().args([
+                    "--cluster-announce-ip".to_owned(),
+                    "127.0.0.1".to_owned(),
+                    "--cluster-announce-port".to_owned(),
+                    proxy.port().to_string(),
+                    "--cluster-announce-bus-port".to_owned(),
+                    (port + 10_000).to_string(),
+                ]);
+                let started = ServerProcess::try_start_on(port, &announcing);
+                if started.is_ok() {
+                    proxies.insert(port, proxy);
+                }
+                started
+            } else {
+                ServerProcess::try_start_on(port, &options)
+            };
+            match started {
+                Ok(node) => nodes.push(node),
                 Err(e) => last = e,
             }
         }
-        if cluster.ports().len() < 6 {
-            // Ports can be taken between finding and using them: a few more tries.
-            for _ in 0..10 {
-                if cluster.ports().len() == 6 {
-                    break;
-                }
-                let port = free_port_pair();
-                match cluster.spawn_node(port) {
-                    Ok(child) => cluster.local_nodes().push(LocalNode {
-                        port,
-                        child: Some(child),
-                    }),
-                    Err(e) => last = e,
-                }
-            }
-        }
+        let cluster = Self {
+            mode: Mode::Local {
+                dir,
+                nodes: Mutex::new(nodes),
+                proxies,
+            },
+            prefix: fresh_prefix(),
+        };
         assert!(
             cluster.ports().len() == 6,
             "could not start 6 redis-server cluster nodes: {last}"
@@ -225,60 +268,58 @@ impl RedisCluster {
         cluster
     }
 
-    fn local_nodes(&self) -> MutexGuard<'_, Vec<LocalNode>> {
+    /// Whether every node has a [`Proxy`] in front of it
+    /// ([`RedisCluster::start_local_proxied`]).
+    pub fn is_proxied(&self) -> bool {
+        matches!(&self.mode, Mode::Local { proxies, .. } if !proxies.is_empty())
+    }
+
+    /// The proxy in front of the node on `port`, in a cluster started with
+    /// [`RedisCluster::start_local_proxied`].
+    ///
+    /// # Panics
+    ///
+    /// When the cluster is not proxied or has no node on `port`.
+    pub fn proxy(&self, port: u16) -> &Proxy {
+        match &self.mode {
+            Mode::Local { proxies, .. } => proxies.get(&port).unwrap_or_else(|| {
+                panic!("no proxy for node {port}: use RedisCluster::start_local_proxied")
+            }),
+            Mode::External { urls } => {
+                panic!("the external cluster {urls:?} has no proxies")
+            }
+        }
+    }
+
+    /// The node's own port for a port a node announces (its proxy's, in a
+    /// proxied cluster), else the port itself.
+    fn node_port(&self, announced: u16) -> u16 {
+        match &self.mode {
+            Mode::Local { proxies, .. } => proxies
+                .iter()
+                .find(|(_, p)| p.port() == announced)
+                .map_or(announced, |(&node, _)| node),
+            Mode::External { .. } => announced,
+        }
+    }
+
+    /// Parses `CLUSTER NODES` as the node on `port` answered it, naming every
+    /// node by its own port.
+    fn parse_nodes(&self, text: &str, port: u16) -> Vec<Node> {
+        let mut nodes = parse_nodes(text, &self.url_of(port));
+        for node in &mut nodes {
+            node.port = self.node_port(node.port);
+        }
+        nodes
+    }
+
+    fn local_nodes(&self) -> MutexGuard<'_, Vec<ServerProcess>> {
         match &self.mode {
             Mode::Local { nodes, .. } => nodes.lock().unwrap_or_else(|e| e.into_inner()),
             Mode::External { urls } => panic!(
                 "cannot control the processes of the external cluster {urls:?}: fault tests \
                  need a local cluster (use RedisCluster::start_local; {HOW_TO_GET_REDIS})"
             ),
-        }
-    }
-
-    fn spawn_node(&self, port: u16) -> Result<Child, String> {
-        let Mode::Local { dir, .. } = &self.mode else {
-            unreachable!("only local clusters spawn nodes")
-        };
-        let mut child = Command::new("redis-server")
-            .args(["--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--cluster-enabled", "yes"])
-            .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
-            .args(["--cluster-node-timeout", &NODE_TIMEOUT.as_millis().to_string()])
-            .args(["--save", ""])
-            .args(["--appendonly", "no"])
-            .args(["--dir", &dir.to_string_lossy()])
-            .args(["--logfile", &format!("node-{port}.log")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                if e.kind() == ErrorKind::NotFound {
-                    panic!(
-                        "redis-server not found on PATH, and {URLS_ENV} is not set: {HOW_TO_GET_REDIS}"
-                    );
-                }
-                format!("spawning redis-server: {e}")
-            })?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!(
-                    "redis-server on port {port} exited at start ({status}); port taken?"
-                ));
-            }
-            match query::<String>(port_url(port), &redis::cmd("PING")) {
-                Ok(_) => return Ok(child),
-                Err(e) if Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!(
-                        "redis-server on port {port} did not answer PING in 10 s: {e}"
-                    ));
-                }
-                Err(_) => sleep(Duration::from_millis(10)),
-            }
         }
     }
 
@@ -296,7 +337,7 @@ impl RedisCluster {
             .output()
             .unwrap_or_else(|e| {
                 if e.kind() == ErrorKind::NotFound {
-                    panic!("redis-cli not found on PATH: {HOW_TO_GET_REDIS}");
+                    panic!("redis-cli not found on PATH: {HOW_TO_GET_REDIS}, or {EXTERNAL_HINT}");
                 }
                 panic!("running redis-cli --cluster create: {e}")
             });
@@ -323,16 +364,22 @@ impl RedisCluster {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .iter()
-                .map(|n| n.port)
+                .map(ServerProcess::port)
                 .collect(),
             Mode::External { urls } => urls.iter().map(|u| url_port(u)).collect(),
         }
     }
 
     /// Seed URLs for a cluster client: one per node the fixture knows, alive
-    /// or not (clients skip the dead ones).
+    /// or not (clients skip the dead ones). In a proxied cluster, the
+    /// proxies' URLs.
     pub fn urls(&self) -> Vec<String> {
         match &self.mode {
+            Mode::Local { proxies, .. } if !proxies.is_empty() => self
+                .ports()
+                .into_iter()
+                .map(|port| self.proxy(port).url())
+                .collect(),
             Mode::Local { .. } => self.ports().into_iter().map(port_url).collect(),
             Mode::External { urls } => urls.clone(),
         }
@@ -389,7 +436,7 @@ impl RedisCluster {
         let mut last = String::new();
         for port in self.ports() {
             match self.query::<String>(port, redis::cmd("CLUSTER").arg("NODES")) {
-                Ok(text) => return parse_nodes(&text, &self.url_of(port)),
+                Ok(text) => return self.parse_nodes(&text, port),
                 Err(e) => last = e.to_string(),
             }
         }
@@ -439,39 +486,36 @@ impl RedisCluster {
     /// Kills the node on `port` (`SIGKILL`) and waits for it to exit. Its
     /// data is gone; the cluster fails it over after [`NODE_TIMEOUT`].
     pub fn kill(&self, port: u16) {
+        self.with_node(port, ServerProcess::kill);
+    }
+
+    /// Starts the node on `port` again (killing it first if it runs), with
+    /// its cluster configuration file: it rejoins under the same node id,
+    /// with no data, and waits until it answers `PING` (not until the
+    /// cluster is healthy: see [`RedisCluster::wait_ok`]).
+    pub fn restart(&self, port: u16) {
+        self.with_node(port, ServerProcess::restart);
+    }
+
+    fn with_node<T>(&self, port: u16, f: impl FnOnce(&mut ServerProcess) -> T) -> T {
         let mut nodes = self.local_nodes();
         let node = nodes
             .iter_mut()
-            .find(|n| n.port == port)
+            .find(|n| n.port() == port)
             .unwrap_or_else(|| panic!("no local node on port {port}"));
-        if let Some(mut child) = node.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn pid(&self, port: u16) -> u32 {
-        let nodes = self.local_nodes();
-        let node = nodes
-            .iter()
-            .find(|n| n.port == port)
-            .unwrap_or_else(|| panic!("no local node on port {port}"));
-        node.child
-            .as_ref()
-            .unwrap_or_else(|| panic!("the node on port {port} was killed"))
-            .id()
+        f(node)
     }
 
     /// Freezes the node on `port` with `SIGSTOP`: its connections stay open,
     /// nothing answers. Paused longer than [`NODE_TIMEOUT`], a master is
     /// failed over.
     pub fn pause(&self, port: u16) {
-        signal(self.pid(port), "STOP");
+        self.with_node(port, |n| n.pause());
     }
 
     /// Resumes a paused node with `SIGCONT`.
     pub fn resume(&self, port: u16) {
-        signal(self.pid(port), "CONT");
+        self.with_node(port, |n| n.resume());
     }
 
     /// Runs `CLUSTER FAILOVER` on the replica on `port` and waits (bounded by
@@ -494,7 +538,7 @@ impl RedisCluster {
         loop {
             let me = self.query::<String>(replica_port, redis::cmd("CLUSTER").arg("NODES"));
             if let Ok(text) = me {
-                let nodes = parse_nodes(&text, &self.url_of(replica_port));
+                let nodes = self.parse_nodes(&text, replica_port);
                 if nodes
                     .iter()
                     .any(|n| n.port == replica_port && n.role == Role::Master)
@@ -524,11 +568,9 @@ impl RedisCluster {
                 else {
                     continue;
                 };
-                let found = parse_nodes(&text, &self.url_of(port))
-                    .into_iter()
-                    .find(|n| {
-                        n.role == Role::Master && !n.failed && n.serves(slot) && n.port != old_port
-                    });
+                let found = self.parse_nodes(&text, port).into_iter().find(|n| {
+                    n.role == Role::Master && !n.failed && n.serves(slot) && n.port != old_port
+                });
                 if found.is_some() {
                     return found;
                 }
@@ -642,8 +684,8 @@ impl RedisCluster {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .iter()
-                .filter(|n| n.child.is_some())
-                .map(|n| n.port)
+                .filter(|n| n.is_running())
+                .map(ServerProcess::port)
                 .collect(),
             Mode::External { .. } => self.ports(),
         }
@@ -688,7 +730,7 @@ impl RedisCluster {
             let text: String = self
                 .query(port, redis::cmd("CLUSTER").arg("NODES"))
                 .map_err(|e| format!("node {port}: {e}"))?;
-            let nodes = parse_nodes(&text, &self.url_of(port));
+            let nodes = self.parse_nodes(&text, port);
             let me = nodes
                 .iter()
                 .find(|n| n.port == port)
@@ -746,18 +788,27 @@ impl RedisCluster {
 
 impl Drop for RedisCluster {
     fn drop(&mut self) {
-        if let Mode::Local { dir, nodes } = &mut self.mode {
-            let nodes = nodes.get_mut().unwrap_or_else(|e| e.into_inner());
-            for node in nodes.iter_mut() {
-                if let Some(mut child) = node.child.take() {
-                    // SIGKILL also ends a SIGSTOPped process.
-                    let _ = child.kill();
-                    let _ = child.wait();
-                }
-            }
+        if let Mode::Local { dir, nodes, .. } = &mut self.mode {
+            // Each node is killed (SIGKILL also ends a paused one) as it drops.
+            nodes.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// A cluster node's options: its own config and log file in `dir`.
+fn node_options(dir: &Path) -> ServerOptions {
+    ServerOptions::new()
+        .args(["--cluster-enabled", "yes"])
+        .args(["--cluster-config-file", "nodes-{port}.conf"])
+        .args([
+            "--cluster-node-timeout".to_owned(),
+            NODE_TIMEOUT.as_millis().to_string(),
+        ])
+        .args(["--logfile", "node-{port}.log"])
+        .dir(dir)
+        .cluster_bus_port()
+        .or_else_hint(EXTERNAL_HINT)
 }
 
 fn port_url(port: u16) -> String {
@@ -779,34 +830,6 @@ fn url_host_port(url: &str) -> (String, u16) {
 
 fn url_port(url: &str) -> u16 {
     url_host_port(url).1
-}
-
-/// A free port whose cluster bus port (+10000) is free too.
-fn free_port_pair() -> u16 {
-    for _ in 0..200 {
-        let listener =
-            TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to find a free port");
-        let port = listener.local_addr().expect("local address").port();
-        if !(1024..=55_000).contains(&port) {
-            continue;
-        }
-        if TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free loopback port pair (port, port + 10000) found");
-}
-
-fn connect(url: &str, timeout: Duration) -> Result<redis::Connection, String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    let conn = client
-        .get_connection_with_timeout(timeout)
-        .map_err(|e| e.to_string())?;
-    conn.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    conn.set_write_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    Ok(conn)
 }
 
 fn query<T: redis::FromRedisValue>(url: String, cmd: &redis::Cmd) -> redis::RedisResult<T> {
@@ -868,14 +891,6 @@ fn parse_nodes(text: &str, url: &str) -> Vec<Node> {
             })
         })
         .collect()
-}
-
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .unwrap_or_else(|e| panic!("running `kill -{sig} {pid}`: {e}"));
-    assert!(status.success(), "`kill -{sig} {pid}` failed: {status}");
 }
 
 #[cfg(test)]

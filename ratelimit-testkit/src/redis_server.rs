@@ -4,7 +4,8 @@
 //! --save "" --appendonly no` on a free loopback port, waits until it answers
 //! `PING`, and kills it on drop. It can pause (`SIGSTOP`), resume
 //! (`SIGCONT`), kill and restart the server on the same port, for fault
-//! tests.
+//! tests. The process is a [`ServerProcess`], as every node of the cluster
+//! fixture is.
 //!
 //! With the environment variable `RATELIMIT_REDIS_URL` set (for example
 //! `redis://127.0.0.1:6379/`), [`RedisServer::start`] uses that server
@@ -17,20 +18,16 @@
 //! Every fixture has a random key prefix ([`RedisServer::prefix`], and
 //! [`fresh_prefix`] for more), so suites can share one server.
 
-use std::io::ErrorKind;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::server_process::{HOW_TO_GET_REDIS, ServerOptions, ServerProcess, connect, ping};
 
 /// The environment variable that points the suites at an external server.
 pub const URL_ENV: &str = "RATELIMIT_REDIS_URL";
 
-const HOW_TO_GET_REDIS: &str = "install it with `apt-get install -y redis-server redis-tools` \
-     (Debian/Ubuntu; the `redis-server` and `redis-cli` binaries must be on PATH), \
-     or point the suite at a running server with RATELIMIT_REDIS_URL=redis://host:port/";
-
-const START_TIMEOUT: Duration = Duration::from_secs(10);
+const EXTERNAL_HINT: &str =
+    "point the suite at a running server with RATELIMIT_REDIS_URL=redis://host:port/";
 
 /// A random key prefix, `rltest-<16 hex digits>`: distinct per call.
 pub fn fresh_prefix() -> String {
@@ -39,7 +36,7 @@ pub fn fresh_prefix() -> String {
 
 #[derive(Debug)]
 enum Mode {
-    Local { child: Option<Child>, port: u16 },
+    Local(ServerProcess),
     External { url: String },
 }
 
@@ -82,24 +79,10 @@ impl RedisServer {
     /// When `redis-server` is not installed (the message says how to get
     /// it) or does not come up.
     pub fn start_local() -> Self {
-        let mut last = String::new();
-        // A free port can be taken by someone else between finding and using it: retry.
-        for _ in 0..5 {
-            let port = free_port();
-            match spawn(port) {
-                Ok(child) => {
-                    return Self {
-                        mode: Mode::Local {
-                            child: Some(child),
-                            port,
-                        },
-                        prefix: fresh_prefix(),
-                    };
-                }
-                Err(e) => last = e,
-            }
+        Self {
+            mode: Mode::Local(ServerProcess::start(&local_options())),
+            prefix: fresh_prefix(),
         }
-        panic!("could not start redis-server: {last}");
     }
 
     /// Whether this fixture spawned the server (as opposed to using
@@ -111,7 +94,7 @@ impl RedisServer {
     /// The server's URL, `redis://127.0.0.1:<port>/` for a local server.
     pub fn url(&self) -> String {
         match &self.mode {
-            Mode::Local { port, .. } => format!("redis://127.0.0.1:{port}/"),
+            Mode::Local(server) => server.url(),
             Mode::External { url } => url.clone(),
         }
     }
@@ -120,7 +103,7 @@ impl RedisServer {
     /// if none).
     pub fn port(&self) -> u16 {
         match &self.mode {
-            Mode::Local { port, .. } => *port,
+            Mode::Local(server) => server.port(),
             Mode::External { url } => redis::Client::open(url.as_str())
                 .ok()
                 .and_then(|c| match c.get_connection_info().addr() {
@@ -129,6 +112,33 @@ impl RedisServer {
                     _ => None,
                 })
                 .unwrap_or(6379),
+        }
+    }
+
+    /// The server's socket address (`127.0.0.1:<port>` for a local server;
+    /// an external server's host is resolved): what a proxy in front of it
+    /// forwards to.
+    ///
+    /// # Panics
+    ///
+    /// When an external server's host does not resolve.
+    pub fn addr(&self) -> SocketAddr {
+        match &self.mode {
+            Mode::Local(server) => server.addr(),
+            Mode::External { url } => {
+                let host = redis::Client::open(url.as_str())
+                    .ok()
+                    .and_then(|c| match c.get_connection_info().addr() {
+                        redis::ConnectionAddr::Tcp(host, _)
+                        | redis::ConnectionAddr::TcpTls { host, .. } => Some(host.clone()),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| "127.0.0.1".to_owned());
+                std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), self.port()))
+                    .ok()
+                    .and_then(|mut a| a.next())
+                    .unwrap_or_else(|| panic!("{URL_ENV}={url}: host {host} does not resolve"))
+            }
         }
     }
 
@@ -144,79 +154,54 @@ impl RedisServer {
 
     /// A synchronous connection with 5 s timeouts, for test assertions.
     pub fn connection(&self) -> redis::Connection {
-        let conn = self
-            .client()
-            .get_connection_with_timeout(Duration::from_secs(5))
-            .expect("connect to the test redis-server");
-        conn.set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("set read timeout");
-        conn.set_write_timeout(Some(Duration::from_secs(5)))
-            .expect("set write timeout");
-        conn
+        connect(&self.url(), Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("connecting to the test redis-server: {e}"))
     }
 
-    fn pid(&self, what: &str) -> u32 {
+    /// The local server's process, for fault tests.
+    ///
+    /// # Panics
+    ///
+    /// For an external server (fault tests need a process they own).
+    pub fn process(&self) -> &ServerProcess {
         match &self.mode {
-            Mode::Local {
-                child: Some(child), ..
-            } => child.id(),
-            Mode::Local { child: None, .. } => {
-                panic!("cannot {what}: the server was killed (call restart first)")
-            }
-            Mode::External { url } => panic!(
-                "cannot {what} the external server {url}: fault tests need a local redis-server \
-                 (use RedisServer::start_local; {HOW_TO_GET_REDIS})"
-            ),
+            Mode::Local(server) => server,
+            Mode::External { url } => external_panic(url),
+        }
+    }
+
+    fn process_mut(&mut self) -> &mut ServerProcess {
+        match &mut self.mode {
+            Mode::Local(server) => server,
+            Mode::External { url } => external_panic(url),
         }
     }
 
     /// Freezes the server with `SIGSTOP`: connections stay open, nothing
     /// answers.
     pub fn pause(&self) {
-        signal(self.pid("pause"), "STOP");
+        self.process().pause();
     }
 
     /// Resumes a paused server with `SIGCONT`.
     pub fn resume(&self) {
-        signal(self.pid("resume"), "CONT");
+        self.process().resume();
     }
 
     /// Kills the server (`SIGKILL`) and waits for it to exit. Its data is
     /// gone (nothing is persisted).
     pub fn kill(&mut self) {
-        self.pid("kill");
-        if let Mode::Local { child, .. } = &mut self.mode {
-            if let Some(mut c) = child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
+        let server = self.process_mut();
+        if !server.is_running() {
+            panic!("cannot kill: the server was killed (call restart first)");
         }
+        server.kill();
     }
 
     /// Kills the server if it runs, and starts a new one on the same port
     /// (empty: no data, no scripts), waiting until it answers `PING`.
     pub fn restart(&mut self) {
-        if let Mode::Local { child: Some(_), .. } = &self.mode {
-            self.kill();
-        }
-        let Mode::Local { child, port } = &mut self.mode else {
-            panic!("cannot restart an external server: use RedisServer::start_local");
-        };
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            match spawn(*port) {
-                Ok(c) => {
-                    *child = Some(c);
-                    return;
-                }
-                // The old socket may linger briefly; retry within the bound.
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    sleep(Duration::from_millis(50));
-                }
-                Err(e) => panic!("could not restart redis-server on port {port}: {e}"),
-            }
-        }
+        self.process_mut().restart();
     }
 
     /// `SCRIPT FLUSH`: empties the server's script cache, as a restart or
@@ -241,86 +226,13 @@ impl RedisServer {
     }
 }
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        if let Mode::Local {
-            child: Some(child), ..
-        } = &mut self.mode
-        {
-            // SIGKILL also ends a SIGSTOPped process.
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+fn local_options() -> ServerOptions {
+    ServerOptions::new().or_else_hint(EXTERNAL_HINT)
 }
 
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to find a free port");
-    listener.local_addr().expect("local address").port()
-}
-
-fn spawn(port: u16) -> Result<Child, String> {
-    let mut child = Command::new("redis-server")
-        .args(["--port", &port.to_string()])
-        .args(["--bind", "127.0.0.1"])
-        .args(["--save", ""])
-        .args(["--appendonly", "no"])
-        .args(["--dir", &std::env::temp_dir().to_string_lossy()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| {
-            if e.kind() == ErrorKind::NotFound {
-                panic!(
-                    "redis-server not found on PATH, and {URL_ENV} is not set: {HOW_TO_GET_REDIS}"
-                );
-            }
-            format!("spawning redis-server: {e}")
-        })?;
-    let url = format!("redis://127.0.0.1:{port}/");
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!(
-                "redis-server on port {port} exited at start ({status}); port taken?"
-            ));
-        }
-        match ping(&url, Duration::from_millis(200)) {
-            Ok(()) => return Ok(child),
-            Err(e) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "redis-server on port {port} did not answer PING within {START_TIMEOUT:?}: {e}"
-                ));
-            }
-            Err(_) => sleep(Duration::from_millis(10)),
-        }
-    }
-}
-
-fn ping(url: &str, timeout: Duration) -> Result<(), String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    let mut conn = client
-        .get_connection_with_timeout(timeout)
-        .map_err(|e| e.to_string())?;
-    conn.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    let pong: String = redis::cmd("PING")
-        .query(&mut conn)
-        .map_err(|e| e.to_string())?;
-    if pong == "PONG" {
-        Ok(())
-    } else {
-        Err(format!("PING answered {pong:?}"))
-    }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .unwrap_or_else(|e| panic!("running `kill -{sig} {pid}`: {e}"));
-    assert!(status.success(), "`kill -{sig} {pid}` failed: {status}");
+fn external_panic(url: &str) -> ! {
+    panic!(
+        "cannot control the external server {url}: fault tests need a local redis-server \
+         (use RedisServer::start_local; {HOW_TO_GET_REDIS}, or {EXTERNAL_HINT})"
+    )
 }

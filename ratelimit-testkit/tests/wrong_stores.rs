@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ratelimit_core::model::{self, State};
+use ratelimit_core::model::{self, Charge, State};
 use ratelimit_core::{
     Algorithm, Clock, Decision, ManualClock, Micros, Quota, Rate, Result, Source, Store,
     SystemClock,
@@ -63,6 +63,10 @@ enum Flaw {
     SloppyRetry,
     /// Keys go through a lossy UTF-8 conversion and are cut at 64 bytes.
     LeakyKeys,
+    /// Several quotas one after another (the trait's provided `decide_all`).
+    NonAtomicDefault,
+    /// Several quotas: the ones before a denying quota count the denied call.
+    ChargesEarlierQuotas,
 }
 
 #[derive(Debug, Clone)]
@@ -224,6 +228,72 @@ impl Store for WrongStore {
             _ => {}
         }
         Ok(d)
+    }
+
+    async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
+        if self.flaw == Flaw::NonAtomicDefault {
+            // What the trait provides: one quota at a time, stop at a denial.
+            let mut out = Vec::new();
+            for c in charges {
+                let d = self.decide(key, c.quota, c.cost).await?;
+                let stop = !d.allowed && !c.shadow;
+                out.push(d);
+                if stop {
+                    break;
+                }
+            }
+            return Ok(out);
+        }
+        for c in charges {
+            c.quota.check_cost(c.cost)?;
+        }
+        let now = self.clock.now();
+        let mut map = self.map.lock().unwrap();
+        let keys: Vec<Vec<u8>> = charges.iter().map(|c| self.map_key(key, c.quota)).collect();
+        let states: Vec<Option<State>> = keys
+            .iter()
+            .map(|k| {
+                map.get(k)
+                    .filter(|e| e.expires > now)
+                    .map(|e| e.state.clone())
+            })
+            .collect();
+        let write = |map: &mut HashMap<Vec<u8>, Entry>, k: &[u8], state: State, ttl: u64| {
+            let calls = map.get(k).map_or(0, |e| e.calls);
+            map.insert(
+                k.to_vec(),
+                Entry {
+                    state,
+                    calls: calls + 1,
+                    written: now,
+                    expires: now + ttl,
+                },
+            );
+        };
+        if self.flaw == Flaw::ChargesEarlierQuotas {
+            let mut out = Vec::new();
+            let mut denied = false;
+            for ((c, k), prior) in charges.iter().zip(&keys).zip(states) {
+                let step = model::decide(c.quota, prior, now, c.cost)?;
+                denied |= !step.decision.allowed && !c.shadow;
+                if step.decision.allowed && !denied {
+                    write(&mut map, k, step.state, step.ttl);
+                }
+                out.push(step.decision);
+            }
+            return Ok(out);
+        }
+        let step = model::decide_all(charges, states, now)?;
+        for (k, w) in keys.iter().zip(step.writes) {
+            if let Some((state, ttl)) = w {
+                write(&mut map, k, state, ttl);
+            }
+        }
+        Ok(step.decisions)
+    }
+
+    fn atomic_all(&self) -> bool {
+        self.flaw != Flaw::NonAtomicDefault
     }
 }
 
@@ -502,9 +572,32 @@ async fn leaky_keys_are_rejected() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn several_quotas_one_after_another_are_rejected() {
+    let f = Factory(Flaw::NonAtomicDefault);
+    let v = assert_rejected(
+        conformance::quotas_atomic(&f, &config()).await,
+        Contract::Atomicity,
+    );
+    assert!(v.message.contains("non-atomic"), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn charging_earlier_quotas_on_a_later_denial_is_rejected() {
+    let f = Factory(Flaw::ChargesEarlierQuotas);
+    let v = assert_rejected(
+        conformance::quotas_atomic(&f, &config()).await,
+        Contract::Atomicity,
+    );
+    assert!(v.message.contains("policy"), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_flawless_wrong_store_passes_everything() {
     // The same machinery with no flaw: every rejection above is the flaw's.
     conformance::run_all(&Factory(Flaw::None), &config())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    conformance::quotas_atomic(&Factory(Flaw::None), &config())
         .await
         .unwrap_or_else(|v| panic!("{v}"));
 }

@@ -6,14 +6,117 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::request::Parts;
-use http::{HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue, StatusCode};
 
-/// The longest caller key accepted, in bytes. A longer key (an absurd API
-/// key header, say) is treated as missing, so one request cannot make the
-/// store hold an arbitrarily large key.
+use crate::problem::{AMBIGUOUS_KEY_TYPE, INVALID_KEY_TYPE, KEY_TOO_LONG_TYPE};
+
+/// The longest caller identifier accepted, in bytes: an API key header's
+/// value, a user id, or a key returned by [`KeyExtractor::from_fn`] or
+/// [`KeyExtractor::try_from_fn`]. The built-ins' prefix (`key:`, `user:`)
+/// comes on top. A longer one is rejected ([`KeyError::TooLong`]), so one
+/// request cannot make the store hold an arbitrarily large key.
 pub const MAX_KEY_LEN: usize = 256;
 
-type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+type KeyFn = dyn Fn(&Parts) -> Result<Option<String>, KeyError> + Send + Sync;
+
+/// Why a caller key that a request does carry cannot be used.
+///
+/// A request without a key is not an error ([`KeyExtractor::extract`]
+/// returns `Ok(None)` and the [`MissingKey`] setting decides); a request
+/// whose key is present but unusable is one of these, and the layer answers
+/// it with a client error of its own (never counted, never passed on, never
+/// replaced by another extractor's key):
+///
+/// | error | status | problem type |
+/// |---|---|---|
+/// | [`KeyError::TooLong`] from a header | `431 Request Header Fields Too Large` | [`crate::KEY_TOO_LONG_TYPE`] |
+/// | [`KeyError::TooLong`] otherwise | `400 Bad Request` | [`crate::KEY_TOO_LONG_TYPE`] |
+/// | [`KeyError::Duplicate`] | `400 Bad Request` | [`crate::AMBIGUOUS_KEY_TYPE`] |
+/// | [`KeyError::NotVisibleAscii`], [`KeyError::Invalid`] | `400 Bad Request` | [`crate::INVALID_KEY_TYPE`] |
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The key is longer than `max` bytes.
+    TooLong {
+        /// The header it was read from, if it was read from one.
+        header: Option<HeaderName>,
+        /// Its length in bytes.
+        len: usize,
+        /// The longest accepted ([`MAX_KEY_LEN`]).
+        max: usize,
+    },
+    /// The header carrying the key is sent more than once: which one is
+    /// the caller is ambiguous, and taking the first (or the last) would let
+    /// a client or an intermediary choose.
+    Duplicate {
+        /// The repeated header.
+        header: HeaderName,
+    },
+    /// The header carrying the key holds bytes other than visible ASCII
+    /// (and spaces and tabs).
+    NotVisibleAscii {
+        /// The header.
+        header: HeaderName,
+    },
+    /// Rejected by a [`KeyExtractor::try_from_fn`] of your own, with the
+    /// reason given to the client.
+    Invalid(String),
+}
+
+impl KeyError {
+    /// The status the layer answers this error with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::TooLong {
+                header: Some(_), ..
+            } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The problem type of the layer's answer.
+    pub fn problem_type(&self) -> &'static str {
+        match self {
+            Self::TooLong { .. } => KEY_TOO_LONG_TYPE,
+            Self::Duplicate { .. } => AMBIGUOUS_KEY_TYPE,
+            Self::NotVisibleAscii { .. } | Self::Invalid(_) => INVALID_KEY_TYPE,
+        }
+    }
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooLong {
+                header: Some(header),
+                len,
+                max,
+            } => write!(
+                f,
+                "the caller key in header {header} is {len} bytes long; at most {max} bytes are accepted"
+            ),
+            Self::TooLong {
+                header: None,
+                len,
+                max,
+            } => write!(
+                f,
+                "the caller key is {len} bytes long; at most {max} bytes are accepted"
+            ),
+            Self::Duplicate { header } => write!(
+                f,
+                "ambiguous caller key: header {header} is sent more than once; send it exactly once"
+            ),
+            Self::NotVisibleAscii { header } => write!(
+                f,
+                "the caller key in header {header} contains bytes other than visible ASCII"
+            ),
+            Self::Invalid(reason) => f.write_str(reason),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
 
 /// Derives the caller key (who is being limited) from the request head.
 ///
@@ -23,9 +126,19 @@ type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 /// hash them in a [`KeyExtractor::from_fn`] if your store's keys should not
 /// contain API keys in clear.
 ///
+/// # Contract
+///
+/// [`KeyExtractor::extract`] tells three cases apart: a key
+/// (`Ok(Some(key))`), no key (`Ok(None)`: the [`MissingKey`] setting
+/// decides), and a key that is present but unusable (`Err(`[`KeyError`]`)`:
+/// too long, sent twice, bytes that are not visible ASCII). Only a missing
+/// key falls through to the next extractor of an [`KeyExtractor::or`]: an
+/// API key that is present but invalid is rejected, never silently replaced
+/// by the client's IP address.
+///
 /// ```
 /// use http::HeaderName;
-/// use ratelimit_tower::KeyExtractor;
+/// use ratelimit_tower::{KeyError, KeyExtractor};
 ///
 /// // The API key, else the client address.
 /// let key = KeyExtractor::header(HeaderName::from_static("x-api-key"))
@@ -34,7 +147,18 @@ type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 ///     .header("x-api-key", "k-123")
 ///     .body(())
 ///     .unwrap();
-/// assert_eq!(key.extract(&req.into_parts().0).as_deref(), Some("key:k-123"));
+/// assert_eq!(key.extract(&req.into_parts().0), Ok(Some("key:k-123".into())));
+///
+/// // Two x-api-key headers: which caller is it? Neither, and no fallback.
+/// let req = http::Request::builder()
+///     .header("x-api-key", "k-123")
+///     .header("x-api-key", "k-456")
+///     .body(())
+///     .unwrap();
+/// assert!(matches!(
+///     key.extract(&req.into_parts().0),
+///     Err(KeyError::Duplicate { .. })
+/// ));
 /// ```
 #[derive(Clone)]
 pub struct KeyExtractor {
@@ -50,22 +174,45 @@ impl fmt::Debug for KeyExtractor {
 
 impl KeyExtractor {
     /// The value of a request header, typically an API key (`x-api-key`):
-    /// key `key:<value>`. Missing, empty, non-visible-ASCII or longer than
-    /// [`MAX_KEY_LEN`] counts as missing.
+    /// key `key:<value>`, surrounding whitespace trimmed.
+    ///
+    /// Absent, empty or only whitespace is a missing key. Present but
+    /// unusable is a [`KeyError`]: sent more than once
+    /// ([`KeyError::Duplicate`]; a single header line whose value contains
+    /// commas is one value), longer than [`MAX_KEY_LEN`] bytes
+    /// ([`KeyError::TooLong`]) or holding bytes other than visible ASCII,
+    /// space and tab ([`KeyError::NotVisibleAscii`]).
     pub fn header(name: HeaderName) -> Self {
         let describe = Cow::Owned(format!("header({name})"));
         Self::new(describe, move |parts| {
-            let value = parts.headers.get(&name)?.to_str().ok()?.trim();
-            if value.is_empty() {
-                return None;
+            let mut values = parts.headers.get_all(&name).iter();
+            let Some(value) = values.next() else {
+                return Ok(None);
+            };
+            if values.next().is_some() {
+                return Err(KeyError::Duplicate {
+                    header: name.clone(),
+                });
             }
-            Some(format!("key:{value}"))
+            let value = value
+                .to_str()
+                .map_err(|_| KeyError::NotVisibleAscii {
+                    header: name.clone(),
+                })?
+                .trim();
+            if value.is_empty() {
+                return Ok(None);
+            }
+            check_len(value, Some(&name))?;
+            Ok(Some(format!("key:{value}")))
         })
     }
 
     /// An authenticated user, placed in the request extensions by an
     /// authentication layer that runs before this one: key `user:<id>`,
-    /// where `id` is what `f` returns for the extension of type `T`.
+    /// where `id` is what `f` returns for the extension of type `T`. No
+    /// extension, `None` or an empty id is a missing key; an id longer than
+    /// [`MAX_KEY_LEN`] is [`KeyError::TooLong`].
     ///
     /// ```
     /// use ratelimit_tower::KeyExtractor;
@@ -74,7 +221,7 @@ impl KeyExtractor {
     /// let key = KeyExtractor::extension(|u: &User| Some(u.id.to_string()));
     /// let mut req = http::Request::new(());
     /// req.extensions_mut().insert(User { id: 7 });
-    /// assert_eq!(key.extract(&req.into_parts().0).as_deref(), Some("user:7"));
+    /// assert_eq!(key.extract(&req.into_parts().0), Ok(Some("user:7".into())));
     /// ```
     pub fn extension<T, F>(f: F) -> Self
     where
@@ -83,8 +230,14 @@ impl KeyExtractor {
     {
         let describe = Cow::Owned(format!("extension({})", std::any::type_name::<T>()));
         Self::new(describe, move |parts| {
-            let id = f(parts.extensions.get::<T>()?)?;
-            (!id.is_empty()).then(|| format!("user:{id}"))
+            let Some(id) = parts.extensions.get::<T>().and_then(&f) else {
+                return Ok(None);
+            };
+            if id.is_empty() {
+                return Ok(None);
+            }
+            check_len(&id, None)?;
+            Ok(Some(format!("user:{id}")))
         })
     }
 
@@ -99,7 +252,7 @@ impl KeyExtractor {
     /// [`KeyExtractor::forwarded_ip`] there.
     pub fn client_ip() -> Self {
         Self::new(Cow::Borrowed("client_ip"), |parts| {
-            peer_addr(parts).map(|a| format!("ip:{}", a.ip()))
+            Ok(peer_addr(parts).map(|a| format!("ip:{}", a.ip())))
         })
     }
 
@@ -114,46 +267,76 @@ impl KeyExtractor {
     /// entries than that, or an entry that is not an IP address, counts as
     /// missing. Use it only when every request does pass through those
     /// proxies; otherwise a client can choose its own key.
+    ///
+    /// Unlike [`KeyExtractor::header`], repeated header lines are expected
+    /// here (proxies may append a line instead of extending the last one)
+    /// and are read in order as one list.
     pub fn forwarded_ip(header: HeaderName, trusted_proxies: usize) -> Self {
         let describe = Cow::Owned(format!("forwarded_ip({header}, {trusted_proxies})"));
         Self::new(describe, move |parts| {
-            if trusted_proxies == 0 {
-                return None;
-            }
-            let mut entries: Vec<&str> = Vec::new();
-            for value in parts.headers.get_all(&header) {
-                entries.extend(value.to_str().ok()?.split(',').map(str::trim));
-            }
-            let entry = entries
-                .len()
-                .checked_sub(trusted_proxies)
-                .map(|i| entries[i])?;
-            let ip = entry
-                .parse::<IpAddr>()
-                .ok()
-                .or_else(|| entry.parse::<SocketAddr>().ok().map(|a| a.ip()))?;
-            Some(format!("ip:{ip}"))
+            Ok(forwarded_entry(parts, &header, trusted_proxies).map(|ip| format!("ip:{ip}")))
         })
     }
 
     /// Any derivation of your own. Return `None` when the request carries no
-    /// key; the [`MissingKey`] setting then decides.
+    /// key (the [`MissingKey`] setting then decides); an empty key is
+    /// missing too, and one longer than [`MAX_KEY_LEN`] is
+    /// [`KeyError::TooLong`]. To reject a present but malformed key
+    /// yourself, use [`KeyExtractor::try_from_fn`].
     pub fn from_fn(f: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> Self {
-        Self::new(Cow::Borrowed("from_fn"), f)
+        Self::try_from_fn(move |parts| Ok(f(parts)))
     }
 
-    /// This extractor, else `other` when this one finds no key.
-    pub fn or(self, other: KeyExtractor) -> Self {
-        let describe = Cow::Owned(format!("{}.or({})", self.describe, other.describe));
-        Self::new(describe, move |parts| {
-            self.extract(parts).or_else(|| other.extract(parts))
+    /// Like [`KeyExtractor::from_fn`], for a derivation that can tell a
+    /// missing key (`Ok(None)`) from a present but unusable one (`Err`, e.g.
+    /// [`KeyError::Invalid`] with the reason to give the client).
+    ///
+    /// ```
+    /// use ratelimit_tower::{KeyError, KeyExtractor};
+    ///
+    /// // The tenant is the first path segment, and must be alphanumeric.
+    /// let key = KeyExtractor::try_from_fn(|parts| {
+    ///     let Some(tenant) = parts.uri.path().split('/').nth(1).filter(|t| !t.is_empty()) else {
+    ///         return Ok(None);
+    ///     };
+    ///     if !tenant.bytes().all(|b| b.is_ascii_alphanumeric()) {
+    ///         return Err(KeyError::Invalid("the tenant must be alphanumeric".into()));
+    ///     }
+    ///     Ok(Some(format!("tenant:{tenant}")))
+    /// });
+    /// let parts = |uri| http::Request::get(uri).body(()).unwrap().into_parts().0;
+    /// assert_eq!(key.extract(&parts("/acme/orders")), Ok(Some("tenant:acme".into())));
+    /// assert_eq!(key.extract(&parts("/")), Ok(None));
+    /// assert!(key.extract(&parts("/a.b/orders")).is_err());
+    /// ```
+    pub fn try_from_fn(
+        f: impl Fn(&Parts) -> Result<Option<String>, KeyError> + Send + Sync + 'static,
+    ) -> Self {
+        Self::new(Cow::Borrowed("from_fn"), move |parts| {
+            let Some(key) = f(parts)?.filter(|k| !k.is_empty()) else {
+                return Ok(None);
+            };
+            check_len(&key, None)?;
+            Ok(Some(key))
         })
     }
 
-    /// The caller key of the request whose head is `parts`, or `None` when
-    /// it has none (or only one longer than [`MAX_KEY_LEN`]).
-    pub fn extract(&self, parts: &Parts) -> Option<String> {
-        (self.f)(parts).filter(|k| !k.is_empty() && k.len() <= MAX_KEY_LEN)
+    /// This extractor, else `other` when this one finds **no** key. A key
+    /// this one finds unusable ([`KeyError`]) is the answer: `other` is not
+    /// asked.
+    pub fn or(self, other: KeyExtractor) -> Self {
+        let describe = Cow::Owned(format!("{}.or({})", self.describe, other.describe));
+        Self::new(describe, move |parts| match self.extract(parts)? {
+            Some(key) => Ok(Some(key)),
+            None => other.extract(parts),
+        })
+    }
+
+    /// The caller key of the request whose head is `parts`: `Ok(Some(key))`,
+    /// `Ok(None)` when it carries none, or the [`KeyError`] that makes the
+    /// key it carries unusable.
+    pub fn extract(&self, parts: &Parts) -> Result<Option<String>, KeyError> {
+        (self.f)(parts)
     }
 
     pub(crate) fn describe(&self) -> &str {
@@ -162,13 +345,44 @@ impl KeyExtractor {
 
     fn new(
         describe: Cow<'static, str>,
-        f: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+        f: impl Fn(&Parts) -> Result<Option<String>, KeyError> + Send + Sync + 'static,
     ) -> Self {
         Self {
             f: Arc::new(f),
             describe,
         }
     }
+}
+
+/// `Err(TooLong)` when `id` is longer than [`MAX_KEY_LEN`].
+fn check_len(id: &str, header: Option<&HeaderName>) -> Result<(), KeyError> {
+    if id.len() > MAX_KEY_LEN {
+        return Err(KeyError::TooLong {
+            header: header.cloned(),
+            len: id.len(),
+            max: MAX_KEY_LEN,
+        });
+    }
+    Ok(())
+}
+
+/// The `trusted_proxies`-th entry from the right of the forwarded-for list.
+fn forwarded_entry(parts: &Parts, header: &HeaderName, trusted_proxies: usize) -> Option<IpAddr> {
+    if trusted_proxies == 0 {
+        return None;
+    }
+    let mut entries: Vec<&str> = Vec::new();
+    for value in parts.headers.get_all(header) {
+        entries.extend(value.to_str().ok()?.split(',').map(str::trim));
+    }
+    let entry = entries
+        .len()
+        .checked_sub(trusted_proxies)
+        .map(|i| entries[i])?;
+    entry
+        .parse::<IpAddr>()
+        .ok()
+        .or_else(|| entry.parse::<SocketAddr>().ok().map(|a| a.ip()))
 }
 
 impl Default for KeyExtractor {
@@ -193,6 +407,11 @@ fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
 }
 
 /// What to answer when no caller key can be derived from a request.
+///
+/// Only for a *missing* key: a key that is present but unusable (too long,
+/// sent twice, not visible ASCII) is always rejected with its own answer
+/// ([`KeyError`]), even with [`MissingKey::Anonymous`]; it is never counted
+/// in the anonymous bucket.
 ///
 /// Never a panic and never a 500: either a clear client error with an
 /// `application/problem+json` body of type [`crate::MISSING_KEY_TYPE`], or
@@ -232,8 +451,14 @@ impl MissingKey {
 mod tests {
     use super::*;
 
+    const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+
     fn parts(f: impl FnOnce(http::request::Builder) -> http::request::Builder) -> Parts {
         f(http::Request::builder()).body(()).unwrap().into_parts().0
+    }
+
+    fn ip(s: &str) -> Result<Option<String>, KeyError> {
+        Ok(Some(format!("ip:{s}")))
     }
 
     #[test]
@@ -243,36 +468,139 @@ mod tests {
             b.header("x-forwarded-for", "6.6.6.6, 1.2.3.4")
                 .header("x-forwarded-for", "10.0.0.1")
         });
-        assert_eq!(
-            KeyExtractor::forwarded_ip(xff.clone(), 1).extract(&p),
-            Some("ip:10.0.0.1".into())
-        );
-        assert_eq!(
-            KeyExtractor::forwarded_ip(xff.clone(), 2).extract(&p),
-            Some("ip:1.2.3.4".into())
-        );
-        assert_eq!(KeyExtractor::forwarded_ip(xff.clone(), 4).extract(&p), None);
-        assert_eq!(KeyExtractor::forwarded_ip(xff.clone(), 0).extract(&p), None);
+        let fwd = |n| KeyExtractor::forwarded_ip(xff.clone(), n);
+        assert_eq!(fwd(1).extract(&p), ip("10.0.0.1"));
+        assert_eq!(fwd(2).extract(&p), ip("1.2.3.4"));
+        assert_eq!(fwd(4).extract(&p), Ok(None));
+        assert_eq!(fwd(0).extract(&p), Ok(None));
         let p = parts(|b| b.header("x-forwarded-for", "[::1]:80, garbage"));
-        assert_eq!(KeyExtractor::forwarded_ip(xff.clone(), 1).extract(&p), None);
+        assert_eq!(fwd(1).extract(&p), Ok(None));
+        assert_eq!(fwd(2).extract(&p), ip("::1"));
+    }
+
+    #[test]
+    fn header_missing_and_fallback() {
+        let key = KeyExtractor::header(API_KEY).or(KeyExtractor::client_ip());
+        for blank in ["", "  "] {
+            let mut p = parts(|b| b.header("x-api-key", blank));
+            assert_eq!(key.extract(&p), Ok(None));
+            p.extensions
+                .insert("127.0.0.9:5000".parse::<SocketAddr>().unwrap());
+            assert_eq!(key.extract(&p), ip("127.0.0.9"));
+        }
+        assert!(format!("{key:?}").contains("header(x-api-key).or(client_ip)"));
+    }
+
+    #[test]
+    fn header_length_limit_is_on_the_value() {
+        let key = KeyExtractor::header(API_KEY);
+        let longest = "k".repeat(MAX_KEY_LEN);
+        let p = parts(|b| b.header("x-api-key", format!(" {longest} ")));
+        assert_eq!(key.extract(&p), Ok(Some(format!("key:{longest}"))));
+        let p = parts(|b| b.header("x-api-key", format!("{longest}k")));
+        let err = key.extract(&p).unwrap_err();
         assert_eq!(
-            KeyExtractor::forwarded_ip(xff, 2).extract(&p),
-            Some("ip:::1".into())
+            err,
+            KeyError::TooLong {
+                header: Some(API_KEY),
+                len: MAX_KEY_LEN + 1,
+                max: MAX_KEY_LEN
+            }
+        );
+        assert_eq!(err.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        assert_eq!(err.problem_type(), KEY_TOO_LONG_TYPE);
+        assert_eq!(
+            err.to_string(),
+            "the caller key in header x-api-key is 257 bytes long; at most 256 bytes are accepted"
         );
     }
 
     #[test]
-    fn header_and_fallback() {
-        let key = KeyExtractor::header(HeaderName::from_static("x-api-key"))
-            .or(KeyExtractor::client_ip());
-        let mut p = parts(|b| b.header("x-api-key", "  "));
-        assert_eq!(key.extract(&p), None);
-        p.extensions
-            .insert("127.0.0.9:5000".parse::<SocketAddr>().unwrap());
-        assert_eq!(key.extract(&p), Some("ip:127.0.0.9".into()));
-        let long = "k".repeat(MAX_KEY_LEN);
-        let p = parts(|b| b.header("x-api-key", long.as_str()));
-        assert_eq!(key.extract(&p), None);
-        assert!(format!("{key:?}").contains("header(x-api-key).or(client_ip)"));
+    fn header_sent_twice_is_ambiguous_even_when_equal_or_blank() {
+        let key = KeyExtractor::header(API_KEY);
+        for (a, b) in [("k1", "k2"), ("k1", "k1"), ("k1", ""), ("", "")] {
+            let p = parts(|r| r.header("x-api-key", a).header("x-api-key", b));
+            let err = key.extract(&p).unwrap_err();
+            assert_eq!(err, KeyError::Duplicate { header: API_KEY });
+            assert_eq!(err.status(), StatusCode::BAD_REQUEST);
+            assert_eq!(err.problem_type(), AMBIGUOUS_KEY_TYPE);
+        }
+        // One header line with a comma is one opaque value.
+        let p = parts(|r| r.header("x-api-key", "k1, k2"));
+        assert_eq!(key.extract(&p), Ok(Some("key:k1, k2".into())));
+    }
+
+    #[test]
+    fn header_with_bytes_outside_visible_ascii_is_invalid() {
+        let key = KeyExtractor::header(API_KEY);
+        for raw in [&b"caf\xe9"[..], b"\x80key", b"\xff"] {
+            let value = HeaderValue::from_bytes(raw).unwrap();
+            let p = parts(|r| r.header("x-api-key", value));
+            let err = key.extract(&p).unwrap_err();
+            assert_eq!(err, KeyError::NotVisibleAscii { header: API_KEY });
+            assert_eq!(err.status(), StatusCode::BAD_REQUEST);
+            assert_eq!(err.problem_type(), INVALID_KEY_TYPE);
+        }
+    }
+
+    #[test]
+    fn a_present_but_unusable_key_never_falls_through() {
+        let key = KeyExtractor::header(API_KEY).or(KeyExtractor::client_ip());
+        let with_peer = |f: fn(http::request::Builder) -> http::request::Builder| {
+            let mut p = parts(f);
+            p.extensions
+                .insert("127.0.0.9:5000".parse::<SocketAddr>().unwrap());
+            p
+        };
+        let too_long = with_peer(|b| b.header("x-api-key", "k".repeat(MAX_KEY_LEN + 1)));
+        assert!(matches!(
+            key.extract(&too_long),
+            Err(KeyError::TooLong { .. })
+        ));
+        let twice = with_peer(|b| b.header("x-api-key", "a").header("x-api-key", "b"));
+        assert!(matches!(
+            key.extract(&twice),
+            Err(KeyError::Duplicate { .. })
+        ));
+        let bytes = with_peer(|b| b.header("x-api-key", HeaderValue::from_bytes(b"\xe9").unwrap()));
+        assert!(matches!(
+            key.extract(&bytes),
+            Err(KeyError::NotVisibleAscii { .. })
+        ));
+        assert_eq!(key.extract(&with_peer(|b| b)), ip("127.0.0.9"));
+    }
+
+    #[test]
+    fn custom_and_extension_keys_are_bounded_too() {
+        let long = "u".repeat(MAX_KEY_LEN + 1);
+        let l = long.clone();
+        let custom = KeyExtractor::from_fn(move |_| Some(l.clone()));
+        let err = custom.extract(&parts(|b| b)).unwrap_err();
+        assert_eq!(err.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            err.to_string(),
+            "the caller key is 257 bytes long; at most 256 bytes are accepted"
+        );
+        assert_eq!(
+            KeyExtractor::from_fn(|_| Some(String::new())).extract(&parts(|b| b)),
+            Ok(None)
+        );
+
+        let user = KeyExtractor::extension(|s: &String| Some(s.clone()));
+        let mut p = parts(|b| b);
+        assert_eq!(user.extract(&p), Ok(None));
+        p.extensions.insert("u".repeat(MAX_KEY_LEN));
+        assert_eq!(user.extract(&p).unwrap().unwrap().len(), MAX_KEY_LEN + 5);
+        p.extensions.insert(long);
+        assert!(matches!(
+            user.extract(&p),
+            Err(KeyError::TooLong { header: None, .. })
+        ));
+
+        let refuse = KeyExtractor::try_from_fn(|_| Err(KeyError::Invalid("no tenant".into())))
+            .or(KeyExtractor::from_fn(|_| Some("never".into())));
+        let err = refuse.extract(&parts(|b| b)).unwrap_err();
+        assert_eq!(err.to_string(), "no tenant");
+        assert_eq!(err.problem_type(), INVALID_KEY_TYPE);
     }
 }

@@ -29,6 +29,7 @@ pub(crate) struct Config {
 /// |---|---|---|
 /// | caller key | client IP ([`KeyExtractor::client_ip`]) | [`RateLimitLayer::key`] |
 /// | no key | `400` problem+json | [`RateLimitLayer::on_missing_key`] |
+/// | a present but unusable key ([`crate::KeyError`]) | `431` or `400` problem+json | not configurable |
 /// | quota | the limiter's first quota, for every request | [`RateLimitLayer::policies`] |
 /// | cost | 1 | [`RateLimitLayer::cost`] |
 ///
@@ -56,9 +57,9 @@ pub(crate) struct Config {
 /// let layer = RateLimitLayer::new(limiter)
 ///     .key(KeyExtractor::header(api_key.clone()))
 ///     .on_missing_key(MissingKey::unauthorized_api_key(&api_key));
-/// let app: Router = Router::new()
-///     .route("/", get(|| async { "hello" }))
-///     .layer(layer);
+/// // `route_layer`, not `layer`: unknown URLs (404) and wrong methods (405)
+/// // never reach the limiter.
+/// let app: Router = Router::new().route("/", get(|| async { "hello" }).route_layer(layer));
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
 /// axum::serve(listener, app).await?;
 /// # Ok(()) }

@@ -9,12 +9,12 @@ mod problem;
 mod service;
 
 pub use cost::Cost;
-pub use key::{KeyExtractor, MAX_KEY_LEN, MissingKey};
+pub use key::{KeyError, KeyExtractor, MAX_KEY_LEN, MissingKey};
 pub use layer::RateLimitLayer;
 pub use policy::Policies;
 pub use problem::{
-    COST_TOO_HIGH_TYPE, MISSING_KEY_TYPE, PROBLEM_JSON, Problem, QUOTA_EXCEEDED_TYPE, ResponseBody,
-    UNAVAILABLE_TYPE,
+    AMBIGUOUS_KEY_TYPE, COST_TOO_HIGH_TYPE, INVALID_KEY_TYPE, KEY_TOO_LONG_TYPE, MISSING_KEY_TYPE,
+    PROBLEM_JSON, Problem, QUOTA_EXCEEDED_TYPE, ResponseBody, UNAVAILABLE_TYPE,
 };
 pub use service::{RateLimit, RateLimitFuture, RateLimitInfo};
 

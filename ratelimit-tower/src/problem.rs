@@ -16,6 +16,19 @@ pub const QUOTA_EXCEEDED_TYPE: &str =
 /// Problem type of the answer to a request with no caller key.
 pub const MISSING_KEY_TYPE: &str = "urn:ratelimit:problem:missing-key";
 
+/// Problem type of the answer to a request whose caller key is longer than
+/// [`crate::MAX_KEY_LEN`] ([`crate::KeyError::TooLong`]).
+pub const KEY_TOO_LONG_TYPE: &str = "urn:ratelimit:problem:key-too-long";
+
+/// Problem type of the answer to a request that sends the header carrying
+/// its caller key more than once ([`crate::KeyError::Duplicate`]).
+pub const AMBIGUOUS_KEY_TYPE: &str = "urn:ratelimit:problem:ambiguous-key";
+
+/// Problem type of the answer to a request whose caller key is present but
+/// malformed ([`crate::KeyError::NotVisibleAscii`],
+/// [`crate::KeyError::Invalid`]).
+pub const INVALID_KEY_TYPE: &str = "urn:ratelimit:problem:invalid-key";
+
 /// Problem type of the answer to a request whose cost exceeds the limit of
 /// its quota (it could never be admitted).
 pub const COST_TOO_HIGH_TYPE: &str = "urn:ratelimit:problem:cost-exceeds-limit";

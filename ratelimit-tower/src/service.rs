@@ -12,7 +12,7 @@ use http_body_util::Either;
 use ratelimit_core::{Decision, Quota, RateLimitHeaders, Source};
 use tower_service::Service;
 
-use crate::key::MissingKey;
+use crate::key::{KeyError, MissingKey};
 use crate::layer::Config;
 use crate::problem::{
     COST_TOO_HIGH_TYPE, MISSING_KEY_TYPE, Problem, QUOTA_EXCEEDED_TYPE, ResponseBody,
@@ -36,7 +36,8 @@ pub struct RateLimitInfo {
 ///
 /// For each request: pick the quota ([`crate::Policies`]; none → pass
 /// through untouched), derive the caller key ([`crate::KeyExtractor`]; none →
-/// [`MissingKey`]), compute the cost ([`crate::Cost`]; 0 → pass through
+/// [`MissingKey`]; present but unusable → the [`KeyError`]'s `400` or `431`,
+/// uncounted), compute the cost ([`crate::Cost`]; 0 → pass through
 /// uncounted), then ask the limiter:
 ///
 /// | decision | response |
@@ -144,8 +145,9 @@ where
             return pass_through(inner.call(Request::from_parts(parts, body)));
         };
         let key = match config.key.extract(&parts) {
-            Some(key) => key,
-            None => match &config.missing {
+            Ok(Some(key)) => key,
+            Err(e) => return ready(invalid_key(&config, &e)),
+            Ok(None) => match &config.missing {
                 MissingKey::Anonymous(key) => key.clone(),
                 MissingKey::BadRequest => {
                     return ready(missing_key(&config, StatusCode::BAD_REQUEST, None));
@@ -232,6 +234,20 @@ fn missing_key<B>(
             .insert(header::WWW_AUTHENTICATE, challenge);
     }
     response
+}
+
+fn invalid_key<B>(config: &Config, error: &KeyError) -> Response<ResponseBody<B>> {
+    // The key is not logged: it may be an API key.
+    tracing::debug!(
+        extractor = config.key.describe(),
+        error = %error,
+        "rate limit: unusable caller key"
+    );
+    let detail = format!(
+        "{error} (rate-limit caller key, looked for: {})",
+        config.key.describe()
+    );
+    Problem::new(error.problem_type(), error.status(), detail).into_response()
 }
 
 fn denied<B>(

@@ -10,12 +10,13 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::Request;
 use common::*;
-use http::{HeaderName, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode};
 use ratelimit_core::{ManualClock, Store};
 use ratelimit_local::DashMapStore;
 use ratelimit_tower::{
-    COST_TOO_HIGH_TYPE, Cost, FailurePolicy, KeyExtractor, Limiter, MISSING_KEY_TYPE, MissingKey,
-    Policies, QUOTA_EXCEEDED_TYPE, Quota, Rate, RateLimitInfo, RateLimitLayer, UNAVAILABLE_TYPE,
+    AMBIGUOUS_KEY_TYPE, COST_TOO_HIGH_TYPE, Cost, FailurePolicy, INVALID_KEY_TYPE,
+    KEY_TOO_LONG_TYPE, KeyExtractor, Limiter, MAX_KEY_LEN, MISSING_KEY_TYPE, MissingKey, Policies,
+    QUOTA_EXCEEDED_TYPE, Quota, Rate, RateLimitInfo, RateLimitLayer, UNAVAILABLE_TYPE,
 };
 
 const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
@@ -266,6 +267,153 @@ async fn missing_key_is_401_with_a_challenge_and_never_reaches_the_service() {
         );
     }
     assert_eq!(hits.load(Ordering::SeqCst), 0);
+}
+
+/// Asserts a problem+json answer of `status` and `type` that counted
+/// nothing and carries no rate-limit field; returns its detail.
+fn assert_key_rejected(r: &Reply, status: StatusCode, problem: &str) -> String {
+    assert_eq!(r.status, status, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert!(r.rate_limit_fields().is_empty(), "{:?}", r.headers);
+    assert!(r.header("www-authenticate").is_none());
+    let body = r.json();
+    assert_eq!(body["type"], problem);
+    assert_eq!(body["status"], status.as_u16());
+    assert_eq!(body["title"], status.canonical_reason().unwrap());
+    body["detail"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_key_longer_than_the_maximum_is_431_not_a_missing_key() {
+    let clock = ManualClock::new(T0);
+    let (addr, hits) = api_server(&clock).await;
+
+    let too_long = "k".repeat(MAX_KEY_LEN + 1);
+    let r = get(addr, "/", &[("x-api-key", &too_long)]).await;
+    let detail = assert_key_rejected(
+        &r,
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        KEY_TOO_LONG_TYPE,
+    );
+    assert_eq!(
+        detail,
+        "the caller key in header x-api-key is 257 bytes long; at most 256 bytes are accepted \
+         (rate-limit caller key, looked for: header(x-api-key))"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+
+    // The longest accepted key is a fresh caller, like any other.
+    let longest = "k".repeat(MAX_KEY_LEN);
+    let r = get(addr, "/", &[("x-api-key", &longest)]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.int("x-ratelimit-remaining"), Some(19));
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn two_key_headers_are_400_ambiguous_never_the_first() {
+    let clock = ManualClock::new(T0);
+    let (addr, hits) = api_server(&clock).await;
+
+    for (a, b) in [("alice", "bob"), ("alice", "alice"), ("alice", "")] {
+        let headers = [
+            ("x-api-key", HeaderValue::from_static(a)),
+            ("x-api-key", HeaderValue::from_static(b)),
+        ];
+        let r = send_raw(addr, "GET", "/", &headers).await;
+        let detail = assert_key_rejected(&r, StatusCode::BAD_REQUEST, AMBIGUOUS_KEY_TYPE);
+        assert!(
+            detail.starts_with("ambiguous caller key: header x-api-key is sent more than once"),
+            "{detail}"
+        );
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+    // None of them was counted against alice.
+    let r = get(addr, "/", &[("x-api-key", "alice")]).await;
+    assert_eq!(r.int("x-ratelimit-remaining"), Some(19));
+}
+
+#[tokio::test]
+async fn a_key_with_bytes_outside_visible_ascii_is_400_invalid() {
+    let clock = ManualClock::new(T0);
+    let (addr, hits) = api_server(&clock).await;
+
+    let headers = [("x-api-key", HeaderValue::from_bytes(b"caf\xe9").unwrap())];
+    let r = send_raw(addr, "GET", "/", &headers).await;
+    let detail = assert_key_rejected(&r, StatusCode::BAD_REQUEST, INVALID_KEY_TYPE);
+    assert!(
+        detail.starts_with(
+            "the caller key in header x-api-key contains bytes other than visible ASCII"
+        ),
+        "{detail}"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn missing_too_long_ambiguous_and_invalid_keys_answer_differently() {
+    let clock = ManualClock::new(T0);
+    let (addr, _) = api_server(&clock).await;
+    let missing = get(addr, "/", &[]).await;
+    let too_long = get(addr, "/", &[("x-api-key", &"k".repeat(MAX_KEY_LEN + 1))]).await;
+    let twice = [
+        ("x-api-key", HeaderValue::from_static("a")),
+        ("x-api-key", HeaderValue::from_static("b")),
+    ];
+    let ambiguous = send_raw(addr, "GET", "/", &twice).await;
+    let bytes = [("x-api-key", HeaderValue::from_bytes(b"\xff").unwrap())];
+    let invalid = send_raw(addr, "GET", "/", &bytes).await;
+    let answers: Vec<(u16, String)> = [missing, too_long, ambiguous, invalid]
+        .iter()
+        .map(|r| {
+            (
+                r.status.as_u16(),
+                r.json()["type"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            (401, MISSING_KEY_TYPE.to_owned()),
+            (431, KEY_TOO_LONG_TYPE.to_owned()),
+            (400, AMBIGUOUS_KEY_TYPE.to_owned()),
+            (400, INVALID_KEY_TYPE.to_owned()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_unusable_key_never_falls_back_to_the_client_ip_or_the_anonymous_bucket() {
+    for missing in [MissingKey::BadRequest, MissingKey::anonymous()] {
+        let clock = ManualClock::new(T0);
+        let store = DashMapStore::with_clock(clock.clone());
+        let layer = RateLimitLayer::new(limiter(store, &clock, plan(), FailurePolicy::FailOpen))
+            .key(KeyExtractor::header(API_KEY).or(KeyExtractor::client_ip()))
+            .on_missing_key(missing.clone());
+        let (router, hits) = app(layer);
+        let addr = serve(router).await;
+
+        let too_long = get(addr, "/", &[("x-api-key", &"k".repeat(MAX_KEY_LEN + 1))]).await;
+        assert_key_rejected(
+            &too_long,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            KEY_TOO_LONG_TYPE,
+        );
+        let twice = [
+            ("x-api-key", HeaderValue::from_static("a")),
+            ("x-api-key", HeaderValue::from_static("b")),
+        ];
+        let r = send_raw(addr, "GET", "/", &twice).await;
+        assert_key_rejected(&r, StatusCode::BAD_REQUEST, AMBIGUOUS_KEY_TYPE);
+        assert_eq!(hits.load(Ordering::SeqCst), 0, "{missing:?}");
+
+        // Without a key the caller is its address, whose bucket is untouched.
+        let r = get(addr, "/", &[]).await;
+        assert_eq!(r.status, StatusCode::OK, "{missing:?}");
+        assert_eq!(r.text(), "api ip:127.0.0.1");
+        assert_eq!(r.int("x-ratelimit-remaining"), Some(19), "{missing:?}");
+    }
 }
 
 #[tokio::test]

@@ -4,17 +4,27 @@
 //! cargo run -p ratelimit-examples --bin server                                   # in-process store
 //! cargo run -p ratelimit-examples --bin server -- --redis redis://127.0.0.1:6379/ # shared Redis
 //! cargo run -p ratelimit-examples --bin server -- --addr 127.0.0.1:8080
+//! cargo run -p ratelimit-examples --bin server -- --config examples/policies.toml
 //! ```
 //!
 //! - `GET /api/hello`, `POST /api/orders`: the per-API-key plan, "100 per
 //!   minute, burst 20" (token bucket), keyed by `x-api-key`; no key is a
-//!   `401`. Fails **open**: a store outage must not become an API outage.
+//!   `401`, a key over 256 bytes a `431`, the header sent twice a `400`.
+//!   Fails **open**: a store outage must not become an API outage.
 //! - `POST /login`: 5 attempts per 15 minutes per client IP (sliding log,
 //!   exact in every trailing window). Fails **closed** (`503`): a store
 //!   outage must not hand a password guesser unlimited attempts.
 //! - `GET /`: a short description, not limited.
+//!
+//! Any other URL is a plain `404` (and a wrong method a `405`): not counted,
+//! no rate-limit headers.
+//!
+//! `--config FILE` reads the policies `api` and `login` from a TOML, YAML or
+//! JSON file (see `examples/policies.toml`); a policy the file leaves out
+//! keeps its default above, and any other name is an error.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,26 +32,28 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use http::HeaderName;
-use ratelimit_core::Store;
-use ratelimit_local::DashMapStore;
-use ratelimit_redis::RedisStore;
-use ratelimit_tower::{
-    FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota, Rate, RateLimitInfo, RateLimitLayer,
+use ratelimit::tower::RateLimitInfo;
+use ratelimit::{
+    Algorithm, DashMapStore, FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota, Rate,
+    RateLimitLayer, RedisStore, Store,
 };
 
-const USAGE: &str = "usage: server [--addr <HOST:PORT>] [--redis <URL>]\n\
-    \n  --addr   listen address (default 127.0.0.1:3000)\
-    \n  --redis  share limits through Redis at URL (default: in-process store)";
+const USAGE: &str = "usage: server [--addr <HOST:PORT>] [--redis <URL>] [--config <FILE>]\n\
+    \n  --addr    listen address (default 127.0.0.1:3000)\
+    \n  --redis   share limits through Redis at URL (default: in-process store)\
+    \n  --config  read the policies \"api\" and \"login\" from a .toml, .yaml or .json file";
 
 struct Args {
     addr: SocketAddr,
     redis: Option<String>,
+    config: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
     let mut args = Args {
         addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
         redis: None,
+        config: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -51,6 +63,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.addr = v.parse().map_err(|e| format!("--addr {v}: {e}"))?;
             }
             "--redis" => args.redis = Some(it.next().ok_or("--redis needs a URL")?),
+            "--config" => args.config = Some(it.next().ok_or("--config needs a file")?.into()),
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -58,12 +71,67 @@ fn parse_args() -> Result<Option<Args>, String> {
     Ok(Some(args))
 }
 
+/// The two policies the server enforces.
+struct Policies {
+    api: Quota,
+    login: Quota,
+}
+
+impl Policies {
+    /// The plan as sold, "100 per minute, burst 20"; logins 5 per 15 minutes.
+    fn defaults() -> Result<Self, ratelimit::ConfigError> {
+        Ok(Self {
+            api: Quota::token_bucket(Rate::per_minute(100), 20)?.named("api")?,
+            login: Quota::sliding_log(Rate::new(5, Duration::from_secs(15 * 60)))?
+                .named("login")?,
+        })
+    }
+
+    /// The defaults, with the policies `api` and `login` taken from `path`.
+    fn from_file(path: &std::path::Path) -> Result<Self, String> {
+        let mut policies = Self::defaults().map_err(|e| e.to_string())?;
+        let quotas = ratelimit::config::from_path(path).map_err(|e| e.to_string())?;
+        for quota in quotas {
+            match quota.name() {
+                "api" => policies.api = quota,
+                "login" => policies.login = quota,
+                other => {
+                    return Err(format!(
+                        "policy {other:?}: this server has the policies \"api\" and \"login\"; \
+                         rename or remove {other:?}"
+                    ));
+                }
+            }
+        }
+        Ok(policies)
+    }
+}
+
+/// "token bucket, 100 per 60 s, burst 20" or "sliding log, 5 per 900 s".
+fn describe(quota: &Quota) -> String {
+    match quota.algorithm() {
+        Algorithm::TokenBucket(b) => format!(
+            "{}, {} per {:?}, burst {}",
+            quota.kind(),
+            b.rate().count(),
+            b.rate().period(),
+            b.capacity()
+        ),
+        _ => format!(
+            "{}, {} per {:?}",
+            quota.kind(),
+            quota.limit(),
+            quota.window()
+        ),
+    }
+}
+
 fn layers(
     store: Arc<dyn Store>,
+    policies: Policies,
 ) -> Result<(RateLimitLayer, RateLimitLayer), Box<dyn std::error::Error>> {
-    let plan = Quota::token_bucket(Rate::per_minute(100), 20)?.named("api")?;
     let api = Limiter::builder_arc(Arc::clone(&store))
-        .quota(plan)
+        .quota(policies.api)
         .namespace("api")?
         .failure_policy(FailurePolicy::FailOpen)
         .timeout(Duration::from_millis(50))
@@ -73,10 +141,8 @@ fn layers(
         .key(KeyExtractor::header(api_key.clone()))
         .on_missing_key(MissingKey::unauthorized_api_key(&api_key));
 
-    let attempts =
-        Quota::sliding_log(Rate::new(5, Duration::from_secs(15 * 60)))?.named("login")?;
     let login = Limiter::builder_arc(store)
-        .quota(attempts)
+        .quota(policies.login)
         .namespace("login")?
         .failure_policy(FailurePolicy::FailClosed)
         .timeout(Duration::from_millis(50))
@@ -89,14 +155,14 @@ fn layers(
 
 async fn index() -> &'static str {
     "ratelimit example server\n\
-     GET  /api/hello   x-api-key plan: 100/min, burst 20 (token bucket, fails open)\n\
-     POST /api/orders  same plan; send an Idempotency-Key, 429s invite retries\n\
-     POST /login       5 per 15 min per client IP (sliding log, fails closed)\n"
+     GET  /api/hello   policy \"api\" per x-api-key (default: 100/min, burst 20, token bucket; fails open)\n\
+     POST /api/orders  same policy; send an Idempotency-Key, 429s invite retries\n\
+     POST /login       policy \"login\" per client IP (default: 5 per 15 min, sliding log; fails closed)\n"
 }
 
 async fn hello(Extension(info): Extension<RateLimitInfo>) -> String {
     match info.decision.source {
-        ratelimit_tower::Source::Store => format!(
+        ratelimit::Source::Store => format!(
             "hello, {}: {} of {} left in policy {:?}\n",
             info.key, info.decision.remaining, info.decision.limit, info.policy
         ),
@@ -128,6 +194,26 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let policies = match &args.config {
+        None => Policies::defaults().map_err(|e| e.to_string()),
+        Some(path) => Policies::from_file(path),
+    };
+    let policies = match policies {
+        Ok(policies) => policies,
+        Err(e) => {
+            eprintln!("invalid rate-limit configuration: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let source = match &args.config {
+        Some(path) => format!("from {}", path.display()),
+        None => "default".to_owned(),
+    };
+    let summary = format!(
+        "policy \"api\" ({source}): {}\npolicy \"login\" ({source}): {}",
+        describe(&policies.api),
+        describe(&policies.login)
+    );
     let (store, backend): (Arc<dyn Store>, String) = match &args.redis {
         None => (
             Arc::new(DashMapStore::new()),
@@ -142,26 +228,21 @@ async fn main() -> ExitCode {
             }
         },
     };
-    let (api, login_limit) = match layers(store) {
+    let (api, login_limit) = match layers(store, policies) {
         Ok(layers) => layers,
         Err(e) => {
             eprintln!("invalid rate-limit configuration: {e}");
             return ExitCode::FAILURE;
         }
     };
+    // Each limit wraps only its handlers (`route_layer` on the method
+    // router): an unknown URL (404) or a wrong method (405) never reaches a
+    // limiter, so it costs no login attempt and is never answered 429 or 503.
     let app = Router::new()
         .route("/", get(index))
-        .merge(
-            Router::new()
-                .route("/api/hello", get(hello))
-                .route("/api/orders", post(order))
-                .layer(api),
-        )
-        .merge(
-            Router::new()
-                .route("/login", post(login))
-                .layer(login_limit),
-        );
+        .route("/api/hello", get(hello).route_layer(api.clone()))
+        .route("/api/orders", post(order).route_layer(api))
+        .route("/login", post(login).route_layer(login_limit));
 
     let listener = match tokio::net::TcpListener::bind(args.addr).await {
         Ok(l) => l,
@@ -170,6 +251,7 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    println!("{summary}");
     println!("listening on http://{} with {backend}", args.addr);
     let served = axum::serve(
         listener,

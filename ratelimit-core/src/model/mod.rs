@@ -23,11 +23,13 @@
 //!   is a fresh one). The token bucket and the sliding log never admit
 //!   more after a step back than they would at the latest instant seen.
 
+mod all;
 mod fixed_window;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
+pub use all::{AllStep, Charge, decide_all};
 pub use fixed_window::FixedWindowState;
 pub use sliding_log::SlidingLogState;
 pub use sliding_window::SlidingWindowState;

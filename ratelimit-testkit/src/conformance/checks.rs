@@ -56,6 +56,7 @@ pub(crate) async fn play(
                 policy: c.policy,
                 cost: c.cost,
                 allowed: d.allowed,
+                counted: d.allowed,
             },
             d,
         ));

@@ -14,6 +14,7 @@
 //! The trailing-window checks (contracts 2-5) are computed by brute force over
 //! the log of admitted calls; they do not reuse the model's arithmetic.
 
+mod atomic;
 mod checks;
 mod concurrency;
 mod oracle;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ratelimit_core::{ManualClock, Store};
 
+pub use atomic::quotas_atomic;
 pub use checks::{
     fixed_window_bound, keys_isolated, model_agreement, retry_after_exact, sliding_log_exact,
     sliding_window_rule, state_expires, token_bucket_bound,
@@ -188,6 +190,9 @@ pub enum Contract {
     SharedState = 90,
     /// 9 (concurrency): many threads over many instances on one key never over-admit.
     Concurrency = 9,
+    /// 11: with several quotas, a call is admitted only if every quota
+    /// admits it, and a denied call is counted in no quota.
+    Atomicity = 11,
 }
 
 impl Contract {
@@ -213,6 +218,7 @@ impl fmt::Display for Contract {
             Self::StateExpires => "state expires",
             Self::SharedState => "shared state",
             Self::Concurrency => "concurrency",
+            Self::Atomicity => "several quotas, all or nothing",
         };
         write!(f, "contract {} ({name})", self.number())
     }

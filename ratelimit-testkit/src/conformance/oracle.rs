@@ -16,7 +16,12 @@ pub(crate) struct Outcome {
     pub(crate) key: usize,
     pub(crate) policy: usize,
     pub(crate) cost: u64,
+    /// Whether the quota (this call's policy) admits the call.
     pub(crate) allowed: bool,
+    /// Whether the call was counted: admitted under this quota and, with
+    /// several quotas, under every enforced one. Equal to `allowed` for a
+    /// single quota.
+    pub(crate) counted: bool,
 }
 
 /// The calls of each (key, policy), in order, with their index in the log.
@@ -61,7 +66,7 @@ pub(crate) fn fixed_window(policies: &[Quota], log: &[Outcome]) -> Result<(), St
                     }
                 ));
             }
-            if o.allowed {
+            if o.counted {
                 *s += o.cost;
             }
         }
@@ -98,7 +103,7 @@ pub(crate) fn sliding_window(policies: &[Quota], log: &[Outcome]) -> Result<(), 
                     if o.allowed { "admit" } else { "deny" }
                 ));
             }
-            if o.allowed {
+            if o.counted {
                 *sums.entry(idx).or_default() += u128::from(o.cost);
                 if sums[&idx] > limit {
                     return Err(format!(
@@ -150,7 +155,7 @@ pub(crate) fn sliding_log(policies: &[Quota], log: &[Outcome]) -> Result<(), Str
                     o.t,
                 ));
             }
-            if o.allowed {
+            if o.counted {
                 admitted.push((o.t, o.cost));
                 in_window += o.cost;
             }
@@ -172,7 +177,7 @@ pub(crate) fn token_bucket(policies: &[Quota], log: &[Outcome]) -> Result<(), St
         let n = u128::from(b.rate().count());
         let per = b.rate().period().as_micros();
         let admitted: Vec<(usize, Outcome)> =
-            calls.iter().copied().filter(|(_, o)| o.allowed).collect();
+            calls.iter().copied().filter(|(_, o)| o.counted).collect();
         // The span bound, over every pair of admitted calls.
         for (x, &(_, a)) in admitted.iter().enumerate() {
             let mut sum = 0u128;
@@ -198,7 +203,7 @@ pub(crate) fn token_bucket(policies: &[Quota], log: &[Outcome]) -> Result<(), St
             let mut has = c <= cap;
             let mut spent = 0u128;
             for &(_, a) in calls[..m].iter().rev() {
-                if !a.allowed {
+                if !a.counted {
                     continue;
                 }
                 spent += u128::from(a.cost);

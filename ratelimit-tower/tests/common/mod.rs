@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use axum::Router;
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use ratelimit_core::{Decision, Quota, Store, StoreError, async_trait};
@@ -83,6 +83,21 @@ impl Reply {
 
 /// Sends one request on a fresh HTTP/1.1 connection over loopback TCP.
 pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let headers = headers
+        .iter()
+        .map(|(k, v)| (*k, HeaderValue::from_str(v).expect("header value")))
+        .collect::<Vec<_>>();
+    send_raw(addr, method, path, &headers).await
+}
+
+/// [`send`] with header values given as bytes, in order; a name given
+/// twice is sent as two header lines.
+pub async fn send_raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, HeaderValue)],
+) -> Reply {
     let stream = TcpStream::connect(addr).await.expect("connect");
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -93,7 +108,7 @@ pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
         .uri(path)
         .header("host", addr.to_string());
     for (k, v) in headers {
-        req = req.header(*k, *v);
+        req = req.header(*k, v.clone());
     }
     let resp = sender
         .send_request(req.body(Empty::<Bytes>::new()).expect("request"))

@@ -1,0 +1,254 @@
+#![doc = include_str!("../README.md")]
+
+mod build;
+mod error;
+mod raw;
+mod units;
+
+use std::fmt;
+use std::path::Path;
+
+use ratelimit_core::Quota;
+use serde_path_to_error::Segment;
+
+pub use error::{Error, Result};
+
+use raw::RawFile;
+
+/// The three formats a policy file may be written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Format {
+    /// TOML (`*.toml`).
+    Toml,
+    /// YAML (`*.yaml`, `*.yml`).
+    Yaml,
+    /// JSON (`*.json`).
+    Json,
+}
+
+impl Format {
+    /// The format a file name's extension says, if any (case-insensitive).
+    ///
+    /// ```
+    /// use ratelimit_config::Format;
+    /// assert_eq!(Format::from_path("conf/policies.yml"), Some(Format::Yaml));
+    /// assert_eq!(Format::from_path("policies.txt"), None);
+    /// ```
+    pub fn from_path(path: impl AsRef<Path>) -> Option<Self> {
+        let ext = path.as_ref().extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "toml" => Some(Self::Toml),
+            "yaml" | "yml" => Some(Self::Yaml),
+            "json" => Some(Self::Json),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Toml => "TOML",
+            Self::Yaml => "YAML",
+            Self::Json => "JSON",
+        })
+    }
+}
+
+/// Reads a policy file, choosing the format by its extension (`.toml`,
+/// `.yaml`/`.yml`, `.json`).
+pub fn from_path(path: impl AsRef<Path>) -> Result<Vec<Quota>> {
+    let path = path.as_ref();
+    let format = Format::from_path(path).ok_or_else(|| Error::UnknownFormat {
+        path: path.to_owned(),
+    })?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    from_str(&text, format)
+}
+
+/// Reads policies from TOML text.
+///
+/// ```
+/// let quotas = ratelimit_config::from_toml_str(r#"
+///     [[policies]]
+///     name = "api"
+///     algorithm = "token_bucket"
+///     rate = "100/min"
+///     burst = 20
+/// "#)?;
+/// assert_eq!(quotas[0].name(), "api");
+/// # Ok::<(), ratelimit_config::Error>(())
+/// ```
+pub fn from_toml_str(text: &str) -> Result<Vec<Quota>> {
+    from_str(text, Format::Toml)
+}
+
+/// Reads policies from YAML text.
+///
+/// ```
+/// let quotas = ratelimit_config::from_yaml_str("
+/// policies:
+///   - name: login
+///     algorithm: sliding_log
+///     limit: 5
+///     window: 15m
+/// ")?;
+/// assert_eq!(quotas[0].window(), std::time::Duration::from_secs(900));
+/// # Ok::<(), ratelimit_config::Error>(())
+/// ```
+pub fn from_yaml_str(text: &str) -> Result<Vec<Quota>> {
+    from_str(text, Format::Yaml)
+}
+
+/// Reads policies from JSON text.
+///
+/// ```
+/// let quotas = ratelimit_config::from_json_str(r#"{"policies": [
+///     {"name": "search", "algorithm": "sliding_window", "limit": 100, "window": "1m"}
+/// ]}"#)?;
+/// assert_eq!(quotas[0].limit(), 100);
+/// # Ok::<(), ratelimit_config::Error>(())
+/// ```
+pub fn from_json_str(text: &str) -> Result<Vec<Quota>> {
+    from_str(text, Format::Json)
+}
+
+/// Reads policies from text in the given format.
+pub fn from_str(text: &str, format: Format) -> Result<Vec<Quota>> {
+    // First as a plain tree: syntax errors, and the policy names that make
+    // later messages easier to place.
+    let tree: serde_json::Value = match format {
+        Format::Toml => toml::from_str(text).map_err(|e| toml_message(&e, text)),
+        Format::Yaml => serde_norway::from_str(text).map_err(|e| e.to_string()),
+        Format::Json => serde_json::from_str(text).map_err(|e| e.to_string()),
+    }
+    .map_err(|message| Error::Syntax {
+        format,
+        message: message.trim_end().to_owned(),
+    })?;
+    check_shape(&tree)?;
+    // Then as policies, through the format's own deserializer so that
+    // messages keep their line and column.
+    let raw: Result<RawFile, Error> = match format {
+        Format::Toml => match toml::de::Deserializer::parse(text) {
+            Ok(de) => serde_path_to_error::deserialize(de)
+                .map_err(|e| located(&e, toml_message(e.inner(), text), &tree)),
+            Err(e) => Err(Error::Syntax {
+                format,
+                message: toml_message(&e, text),
+            }),
+        },
+        Format::Yaml => serde_path_to_error::deserialize(serde_norway::Deserializer::from_str(
+            text,
+        ))
+        .map_err(|e| {
+            // serde_norway puts the path in front of its message; ours
+            // is already there.
+            let message = e.inner().to_string();
+            let prefix = format!("{}: ", e.path());
+            let problem = message.strip_prefix(&prefix).unwrap_or(&message).to_owned();
+            located(&e, problem, &tree)
+        }),
+        Format::Json => {
+            let mut de = serde_json::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(&mut de)
+                .map_err(|e| located(&e, e.inner().to_string(), &tree))
+        }
+    };
+    build::build(raw?)
+}
+
+/// Maps where maps belong: serde would also read a struct from a list of
+/// its values, which no one writes on purpose.
+fn check_shape(tree: &serde_json::Value) -> Result<()> {
+    let kind = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => "empty",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "a map",
+    };
+    if !(tree.is_object() || tree.is_null()) {
+        return Err(Error::Invalid {
+            location: "(top level)".into(),
+            policy: None,
+            problem: format!("the file is {}, not a map", kind(tree)),
+            fix: build::fix_for("policies"),
+        });
+    }
+    if let Some(list) = tree.get("policies").and_then(|p| p.as_array()) {
+        if let Some((index, item)) = list.iter().enumerate().find(|(_, p)| !p.is_object()) {
+            return Err(Error::Invalid {
+                location: format!("policies[{index}]"),
+                policy: None,
+                problem: format!("the policy is {}, not a map", kind(item)),
+                fix: build::FIELDS.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A deserialization error, placed at `policies[i].field` with the policy's
+/// name when the tree has one.
+fn located<E>(
+    e: &serde_path_to_error::Error<E>,
+    problem: String,
+    tree: &serde_json::Value,
+) -> Error {
+    let mut index = None;
+    let mut field = None;
+    for segment in e.path().iter() {
+        match segment {
+            Segment::Seq { index: i } if index.is_none() => index = Some(*i),
+            Segment::Map { key } => field = Some(key.clone()),
+            _ => {}
+        }
+    }
+    let policy = index
+        .and_then(|i| tree.get("policies")?.get(i)?.get("name")?.as_str())
+        .map(str::to_owned);
+    let location = match e.path().to_string() {
+        root if root == "." => "(top level)".to_owned(),
+        path => path,
+    };
+    let fix = if problem.contains("unknown field") {
+        if index.is_some() {
+            build::FIELDS.to_owned()
+        } else {
+            "the file has one top-level key, `policies`".to_owned()
+        }
+    } else {
+        build::fix_for(field.as_deref().unwrap_or("policies"))
+    };
+    Error::Invalid {
+        location,
+        policy,
+        problem: problem.trim_end().to_owned(),
+        fix,
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    (line, column)
+}
+
+/// A TOML error on one line, placed like the other formats' errors.
+fn toml_message(e: &toml::de::Error, text: &str) -> String {
+    match e.span() {
+        Some(span) => {
+            let (line, column) = line_column(text, span.start);
+            format!("{} at line {line} column {column}", e.message().trim_end())
+        }
+        None => e.message().trim_end().to_owned(),
+    }
+}

@@ -1,0 +1,235 @@
+//! [`LimiterBuilder`]: how a [`Limiter`] is configured.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::ConfigError;
+use crate::quota::Quota;
+use crate::store::Store;
+
+use super::breaker::{Breaker, CircuitBreaker};
+#[cfg(feature = "deny-cache")]
+use super::deny_cache::{self, DenyCache};
+use super::{
+    Counters, DEFAULT_TIMEOUT, FailurePolicy, Fallback, Inner, Limiter, Timer, acquire, telemetry,
+};
+
+/// Builds a [`Limiter`]. See [`Limiter::builder`].
+#[derive(Debug)]
+pub struct LimiterBuilder {
+    store: Arc<dyn Store>,
+    quotas: Vec<Quota>,
+    shadow: Vec<bool>,
+    namespace: String,
+    policy: FailurePolicy,
+    timeout: Duration,
+    timer: Option<Arc<dyn Timer>>,
+    clock: Option<Arc<dyn Clock>>,
+    breaker: Option<CircuitBreaker>,
+    fallback: Option<(Arc<dyn Store>, u32)>,
+    #[cfg(feature = "deny-cache")]
+    deny_cache: Option<DenyCache>,
+}
+
+impl LimiterBuilder {
+    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            quotas: Vec::new(),
+            shadow: Vec::new(),
+            namespace: "rl".to_owned(),
+            policy: FailurePolicy::FailOpen,
+            timeout: DEFAULT_TIMEOUT,
+            timer: None,
+            clock: None,
+            breaker: Some(CircuitBreaker::DEFAULT),
+            fallback: None,
+            #[cfg(feature = "deny-cache")]
+            deny_cache: None,
+        }
+    }
+
+    /// Adds an enforced quota. With several, a call must pass all of them,
+    /// decided all or nothing (see [`Limiter::check_all`]).
+    pub fn quota(mut self, quota: Quota) -> Self {
+        self.quotas.push(quota);
+        self.shadow.push(false);
+        self
+    }
+
+    /// Adds a quota in **shadow** (dry-run) mode: decided and counted as
+    /// usual, but its denial never denies a call. The decision says so
+    /// ([`crate::Source::Shadow`]), no 429 follows, the headers leave it
+    /// out, and would-be denials are counted ([`crate::LimiterStats`],
+    /// metrics) and logged at most once a second. How a team rolls out a
+    /// new limit.
+    pub fn shadow_quota(mut self, quota: Quota) -> Self {
+        self.quotas.push(quota);
+        self.shadow.push(true);
+        self
+    }
+
+    /// The key namespace (default `"rl"`): 1 to 64 characters of
+    /// `A-Z a-z 0-9 _ - .`. Two limiters with different namespaces never share
+    /// state, even on one store.
+    pub fn namespace(mut self, namespace: &str) -> Result<Self, ConfigError> {
+        let ok = !namespace.is_empty()
+            && namespace.len() <= 64
+            && namespace
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if !ok {
+            return Err(ConfigError::InvalidNamespace {
+                namespace: namespace.to_owned(),
+            });
+        }
+        self.namespace = namespace.to_owned();
+        Ok(self)
+    }
+
+    /// What to answer when the store (and the fallback store) fails, times
+    /// out or is skipped by the open breaker (default: fail open).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// How long to wait for the store (default [`DEFAULT_TIMEOUT`], 20 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The circuit breaker (default [`CircuitBreaker::DEFAULT`]: open after
+    /// 5 consecutive failures, for 1 s). While open, decisions cost no
+    /// network time.
+    pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// No circuit breaker: every call goes to the store.
+    pub fn no_circuit_breaker(mut self) -> Self {
+        self.breaker = None;
+        self
+    }
+
+    /// While the shared store is unavailable (error, timeout, open
+    /// breaker), decide with `store` (an in-process store) under each quota
+    /// divided by `instances`, the number of application instances sharing
+    /// the quota: together they then admit about what the shared store
+    /// would. Decisions say [`crate::Source::Fallback`], and their headers
+    /// give the divided numbers. The failure policy applies only if the
+    /// fallback store fails too.
+    pub fn fallback(mut self, store: impl Store + 'static, instances: u32) -> Self {
+        self.fallback = Some((Arc::new(store), instances.max(1)));
+        self
+    }
+
+    /// A local deny cache (feature `deny-cache`): calls the store certainly
+    /// denies, because it denied the same caller a call no larger under the
+    /// same quota with a `retry_after` that has not passed, are answered in
+    /// process ([`crate::Source::Cache`]). It never denies a call the store
+    /// would admit; see [`DenyCache`] for the argument.
+    #[cfg(feature = "deny-cache")]
+    pub fn deny_cache(mut self, cache: DenyCache) -> Self {
+        self.deny_cache = Some(cache);
+        self
+    }
+
+    /// The timer for timeouts and waits (default [`super::TokioTimer`] with
+    /// the `tokio` feature).
+    pub fn timer(mut self, timer: impl Timer + 'static) -> Self {
+        self.timer = Some(Arc::new(timer));
+        self
+    }
+
+    /// The clock used for `X-RateLimit-Reset`, the breaker, the deny cache
+    /// and [`Limiter::acquire`]. Default: the store's clock when it exposes
+    /// one ([`Store::clock`]: the local store, or a store built on an
+    /// injected clock), else [`SystemClock`].
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Builds the limiter.
+    pub fn build(self) -> Result<Limiter, ConfigError> {
+        if self.quotas.is_empty() {
+            return Err(ConfigError::NoQuota);
+        }
+        for (i, a) in self.quotas.iter().enumerate() {
+            if self.quotas[..i]
+                .iter()
+                .any(|b| b.name() == a.name() && b.kind() == a.kind())
+            {
+                return Err(ConfigError::DuplicatePolicy {
+                    name: a.name().to_owned(),
+                });
+            }
+        }
+        #[cfg(feature = "tokio")]
+        let timer = self
+            .timer
+            .unwrap_or_else(|| Arc::new(super::timer::TokioTimer));
+        #[cfg(not(feature = "tokio"))]
+        let timer = self.timer.ok_or(ConfigError::NoTimer)?;
+        let clock = self
+            .clock
+            .or_else(|| self.store.clock())
+            .unwrap_or_else(|| Arc::new(SystemClock));
+        let fallback = match self.fallback {
+            Some((store, instances)) => Some(Fallback {
+                quotas: self
+                    .quotas
+                    .iter()
+                    .map(|q| q.divided(instances))
+                    .collect::<Result<_, _>>()?,
+                store,
+                instances,
+            }),
+            None => None,
+        };
+        if self.quotas.len() > 1 && !self.store.atomic_all() {
+            tracing::warn!(
+                store = ?self.store,
+                "this store does not decide several quotas atomically: a quota checked before \
+                 a denying one counts the denied call"
+            );
+        }
+        let fingerprints = self.quotas.iter().map(fingerprint).collect();
+        let seed = clock.now() ^ (Arc::as_ptr(&self.store) as *const () as usize as u64);
+        Ok(Limiter {
+            inner: Arc::new(Inner {
+                labels: telemetry::Labels::new(&self.namespace),
+                store: self.store,
+                quotas: self.quotas,
+                shadow: self.shadow,
+                fingerprints,
+                namespace: self.namespace,
+                policy: self.policy,
+                timeout: self.timeout,
+                timer,
+                clock,
+                counters: Counters::default(),
+                last_warning: AtomicU64::new(0),
+                last_shadow_log: AtomicU64::new(0),
+                breaker: self.breaker.map(Breaker::new),
+                fallback,
+                #[cfg(feature = "deny-cache")]
+                deny_cache: self.deny_cache.map(deny_cache::Cache::new),
+                jitter: acquire::Jitter::new(seed),
+            }),
+        })
+    }
+}
+
+/// A stable-within-the-process fingerprint of a quota's name and numbers.
+fn fingerprint(q: &Quota) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    q.hash(&mut h);
+    h.finish()
+}

@@ -1,0 +1,67 @@
+//! Sleeping without a runtime dependency: the limiter's timeouts and waits.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// A boxed future returned by a [`Timer`].
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Something that can sleep: the limiter's timeouts and
+/// [`crate::Limiter::acquire`] use it, so the core needs no runtime. With
+/// the `tokio` feature, [`TokioTimer`] is the default.
+pub trait Timer: Send + Sync + fmt::Debug {
+    /// A future that completes after `duration`.
+    fn sleep(&self, duration: Duration) -> Sleep;
+}
+
+/// The tokio timer (feature `tokio`). Needs a tokio runtime with time enabled.
+#[cfg(feature = "tokio")]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioTimer;
+
+#[cfg(feature = "tokio")]
+impl Timer for TokioTimer {
+    fn sleep(&self, duration: Duration) -> Sleep {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}
+
+/// How a guarded store call ended.
+pub(crate) enum Guard<T> {
+    Done(T),
+    Panicked,
+    TimedOut,
+}
+
+/// Polls the store call, catching panics, racing it against the timer. The
+/// timer is armed only once the call has returned `Pending`, so a store that
+/// answers at once (the in-process one) never pays for a sleep.
+pub(crate) struct Guarded<'a, F> {
+    pub(crate) call: F,
+    pub(crate) sleep: Option<Sleep>,
+    pub(crate) timer: &'a dyn Timer,
+    pub(crate) timeout: Duration,
+}
+
+impl<F: Future + Unpin> Future for Guarded<'_, F> {
+    type Output = Guard<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut this.call).poll(cx))) {
+            Ok(Poll::Ready(v)) => return Poll::Ready(Guard::Done(v)),
+            Ok(Poll::Pending) => {}
+            Err(_) => return Poll::Ready(Guard::Panicked),
+        }
+        let (timer, timeout) = (this.timer, this.timeout);
+        let sleep = this.sleep.get_or_insert_with(|| timer.sleep(timeout));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Guard::TimedOut),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
