@@ -22,6 +22,14 @@ done
 cargo run -q --release -p ratelimit-benches --bin bench_report -- "${baselines[@]}" | tee "$OUT/local.md"
 cargo bench -p ratelimit-benches --bench local_memory | tee "$OUT/local_memory.md"
 
+# Redis layouts: server time per call, throughput, Functions against EVALSHA,
+# sliding log cost against its length, bytes per caller (starts its own
+# redis-server).
+bash benches/script_cost.sh "$RUNS" | tee "$OUT/script_cost.md"
+# The same contenders as server instructions per call (callgrind; needs
+# valgrind): deterministic where the server's wall time is not.
+bash benches/script_instructions.sh 5000 | grep '^|' | tee "$OUT/script_instructions.md"
+
 # Redis: one process starts its own servers; RUNS runs of load and overhead.
 cargo run -q --release -p ratelimit-benches --features fred --bin redis_load -- \
     --runs "$RUNS" --cluster | tee "$OUT/redis.md"

@@ -3,11 +3,13 @@
 //!
 //! ```text
 //! cargo build --profile bench -p ratelimit-benches --example local_profile
-//! valgrind --tool=callgrind target/release/examples/local_profile store 1 200000
+//! valgrind --tool=callgrind target/release/examples/local_profile store 1 200000 [plan]
 //! ```
 //!
-//! `what` is one of `model`, `store`, `limiter`, `governor`; the quota is the
-//! admit-everything token bucket of the `local` bench (1e9/s, burst 1000).
+//! `what` is one of `model`, `store` (`Store::decide`), `sync`
+//! (`DashMapStore::decide_now`), `limiter`, `governor`; the quota is the
+//! admit-everything token bucket of the `local` bench (1e9/s, burst 1000),
+//! or with `plan` the sold plan (100 per minute, burst 20).
 #![allow(missing_docs)]
 
 use std::hint::black_box;
@@ -27,7 +29,21 @@ fn main() {
         .get(3)
         .map_or(200_000, |s| s.parse().expect("iterations"));
     let keys = caller_ids(n_keys);
-    let quota = Quota::token_bucket(Rate::per_second(1_000_000_000), 1000).expect("valid");
+    // `plan` (4th argument): the sold plan, 100 per minute with a burst of
+    // 20 (a whole number of µs per token; a hot key is then mostly denied).
+    let plan = args.get(4).is_some_and(|s| s == "plan");
+    let quota = if plan {
+        Quota::token_bucket(Rate::per_minute(100), 20).expect("valid")
+    } else {
+        Quota::token_bucket(Rate::per_second(1_000_000_000), 1000).expect("valid")
+    };
+    let governor_quota = if plan {
+        governor::Quota::per_minute(NonZeroU32::new(100).expect("nz"))
+            .allow_burst(NonZeroU32::new(20).expect("nz"))
+    } else {
+        governor::Quota::per_second(NonZeroU32::new(1_000_000_000).expect("nz"))
+            .allow_burst(NonZeroU32::new(1000).expect("nz"))
+    };
     let mut cur = Cursor::new(keys.len(), 0, 1);
     let mut ok = 0u64;
     match what {
@@ -47,6 +63,13 @@ fn main() {
                 ok += u64::from(ready(store.decide(k, &quota, 1)).expect("cost").allowed);
             }
         }
+        "sync" => {
+            let store = DashMapStore::new();
+            for _ in 0..n {
+                let k = keys[cur.next_index()].as_bytes();
+                ok += u64::from(store.decide_now(k, &quota, 1).expect("cost").allowed);
+            }
+        }
         "limiter" => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -63,15 +86,14 @@ fn main() {
             });
         }
         "governor" => {
-            let g = RateLimiter::keyed(
-                governor::Quota::per_second(NonZeroU32::new(1_000_000_000).expect("nz"))
-                    .allow_burst(NonZeroU32::new(1000).expect("nz")),
-            );
+            let g = RateLimiter::keyed(governor_quota);
             for _ in 0..n {
                 ok += u64::from(g.check_key(&keys[cur.next_index()]).is_ok());
             }
         }
-        other => panic!("unknown implementation {other:?}: model, store, limiter or governor"),
+        other => {
+            panic!("unknown implementation {other:?}: model, store, sync, limiter or governor")
+        }
     }
     println!("{what}: {ok} of {n} admitted");
 }

@@ -127,7 +127,9 @@ async fn resharding_under_load(lib: Lib, cluster: Arc<RedisCluster>) {
             Source::Store
         );
     }
-    let slot = common::slot_of_keys(&cluster, &prefix, quotas.len());
+    // One key per quota, and a second for the sliding log (its cumulative
+    // costs, under the same hash tag).
+    let slot = common::slot_of_keys(&cluster, &prefix, quotas.len() + 1);
     let from = cluster.master_for_slot(slot);
     let to = cluster
         .masters()

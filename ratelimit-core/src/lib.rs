@@ -23,7 +23,9 @@ pub use limiter::{
     LimiterBuilder, LimiterStats, Sleep, Timer,
 };
 pub use model::{Charge, State, Step};
-pub use quota::{Algorithm, AlgorithmKind, Bucket, MAX_EXACT, Quota, Rate, Window};
+pub use quota::{
+    Algorithm, AlgorithmKind, Bucket, MAX_EXACT, MAX_SLIDING_LOG_LIMIT, Quota, Rate, Window,
+};
 pub use store::Store;
 
 /// Re-exported so store implementations use the same macro version.

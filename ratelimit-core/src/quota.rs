@@ -14,6 +14,15 @@ use crate::error::ConfigError;
 /// configurations that could exceed it.
 pub const MAX_EXACT: u64 = (1 << 53) - 1;
 
+/// The largest sliding log limit accepted: 100,000 per window.
+///
+/// A sliding log keeps one entry per admitted call, so a caller's state
+/// grows with the limit: up to 100,000 entries (about 1.6 MB in process,
+/// and in Redis about 10-20 MB per caller as sorted sets: see the Redis
+/// crate's README). Above it, use a sliding window counter (two counters,
+/// within a fraction of the exact count) or a token bucket.
+pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
+
 /// The longest window or period accepted: 400 days.
 pub const MAX_WINDOW: Duration = Duration::from_secs(400 * 24 * 3600);
 
@@ -326,8 +335,24 @@ impl Quota {
     ///
     /// Stores one entry per admitted call (calls at the same microsecond are
     /// merged), so memory grows with the limit: meant for few, high-value keys.
+    ///
+    /// The limit is at most [`MAX_SLIDING_LOG_LIMIT`] (100,000): above it the
+    /// constructor says to use a sliding window counter or a token bucket.
     pub fn sliding_log(rate: Rate) -> Result<Self, ConfigError> {
-        Ok(Self::new(Algorithm::SlidingLog(window_of(rate, "window")?)))
+        let w = window_of(rate, "window")?;
+        if w.limit > MAX_SLIDING_LOG_LIMIT {
+            return Err(ConfigError::OutOfRange {
+                field: "limit",
+                detail: format!(
+                    "a sliding log keeps one entry per admitted call, so its limit is at most \
+                     {MAX_SLIDING_LOG_LIMIT} per window, got {}: use a sliding window counter \
+                     (Quota::sliding_window: two counters per caller) or a token bucket \
+                     (Quota::token_bucket) for larger limits",
+                    w.limit
+                ),
+            });
+        }
+        Ok(Self::new(Algorithm::SlidingLog(w)))
     }
 
     /// Token bucket refilled at `rate`, holding at most `burst` tokens.
@@ -575,6 +600,17 @@ mod tests {
         for bad in ["", "a b", "a:b", "{x}", "é", &"x".repeat(65)] {
             assert!(q.clone().named(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn sliding_logs_are_capped() {
+        assert!(Quota::sliding_log(Rate::per_hour(MAX_SLIDING_LOG_LIMIT)).is_ok());
+        let Err(ConfigError::OutOfRange { detail, .. }) =
+            Quota::sliding_log(Rate::per_hour(MAX_SLIDING_LOG_LIMIT + 1))
+        else {
+            panic!("a sliding log above the cap is an error")
+        };
+        assert!(detail.contains("sliding window counter"), "{detail}");
     }
 
     #[test]

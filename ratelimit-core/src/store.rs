@@ -42,6 +42,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Makes one decision. See the trait's contract.
     async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision>;
 
+    /// Makes one decision synchronously, when the store can answer without
+    /// waiting (an in-process store). `None`, the default, means "not
+    /// here: call [`Store::decide`]"; network stores leave it so.
+    ///
+    /// The [`crate::Limiter`] tries it first, so an in-process store answers
+    /// without the boxed future of an object-safe async trait. A `Some`
+    /// result obeys the same contract as [`Store::decide`], and a store that
+    /// answers `Some` once should keep doing so.
+    fn decide_sync(&self, key: &[u8], quota: &Quota, cost: u64) -> Option<Result<Decision>> {
+        let _ = (key, quota, cost);
+        None
+    }
+
     /// Makes one all-or-nothing decision over several quotas; one decision
     /// per charge, in order. See the trait's contract: the provided
     /// implementation is not atomic.
@@ -80,6 +93,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
         (**self).decide(key, quota, cost).await
     }
+    fn decide_sync(&self, key: &[u8], quota: &Quota, cost: u64) -> Option<Result<Decision>> {
+        (**self).decide_sync(key, quota, cost)
+    }
     async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
         (**self).decide_all(key, charges).await
     }
@@ -95,6 +111,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 impl<S: Store + ?Sized> Store for Box<S> {
     async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
         (**self).decide(key, quota, cost).await
+    }
+    fn decide_sync(&self, key: &[u8], quota: &Quota, cost: u64) -> Option<Result<Decision>> {
+        (**self).decide_sync(key, quota, cost)
     }
     async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
         (**self).decide_all(key, charges).await

@@ -188,3 +188,30 @@ async fn long_callers_are_namespaced_too() {
         );
     }
 }
+
+/// A store that answers synchronously is never polled as a future.
+#[derive(Debug)]
+struct SyncOnly;
+
+#[async_trait::async_trait]
+impl Store for SyncOnly {
+    async fn decide(&self, _: &[u8], _: &Quota, _: u64) -> ratelimit_core::Result<Decision> {
+        panic!("the limiter must use decide_sync")
+    }
+    fn decide_sync(
+        &self,
+        _: &[u8],
+        quota: &Quota,
+        _: u64,
+    ) -> Option<ratelimit_core::Result<Decision>> {
+        Some(Ok(Decision::from_store(true, quota.limit(), 1, 0, None)))
+    }
+}
+
+#[tokio::test]
+async fn a_synchronous_store_is_called_without_a_future() {
+    let limiter = limiter(SyncOnly, FailurePolicy::FailClosed);
+    let d = limiter.check("k").await;
+    assert!(d.allowed && d.is_from_store());
+    assert_eq!(limiter.stats().allowed, 1);
+}

@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
+mod clock;
 mod multi;
 mod store;
 
+pub use clock::FastClock;
 pub use store::DashMapStore;

@@ -36,7 +36,7 @@ struct Slots {
 /// The map of callers checked against several quotas at once.
 #[derive(Default)]
 pub(crate) struct MultiMap {
-    map: DashMap<Box<[u8]>, Slots>,
+    map: DashMap<Box<[u8]>, Slots, foldhash::fast::RandomState>,
 }
 
 impl MultiMap {

@@ -1,5 +1,6 @@
-//! The key layout: `<prefix>:{<tag>}:<policy>:<algorithm>`, where the tag
-//! is the escaped caller, or a hash of it for long callers.
+//! The key layout: `<prefix>:{<tag>}:<policy>:<layout>`, where the tag is
+//! the escaped caller, or a hash of it for long callers, and the policy is
+//! left out when it has the default name (see [`key`]).
 //!
 //! Every key of one caller shares the hash tag `{<tag>}`, so a cluster
 //! routes all of a caller's keys to one slot and a multi-key script never
@@ -40,7 +41,9 @@
 //! use ratelimit_redis::keys;
 //!
 //! let quota = Quota::token_bucket(Rate::per_minute(100), 20)?.named("plan")?;
-//! assert_eq!(keys::key("rl", b"api:user {42}", &quota), "rl:{api%3Auser%20%7B42%7D}:plan:tb");
+//! assert_eq!(keys::key("rl", b"api:user {42}", &quota), "rl:{api%3Auser%20%7B42%7D}:plan:tb2");
+//! let default = Quota::token_bucket(Rate::per_minute(100), 20)?;
+//! assert_eq!(keys::key("rl", b"api~42", &default), "rl:{api~42}:tb2");
 //!
 //! let long = keys::key("rl", &[b'{'; 10_240], &quota);
 //! assert!(long.starts_with("rl:{#"));
@@ -48,7 +51,7 @@
 //! # Ok::<(), ratelimit_core::ConfigError>(())
 //! ```
 
-use ratelimit_core::Quota;
+use ratelimit_core::{AlgorithmKind, Quota};
 use sha2::{Digest, Sha256};
 
 /// The default key prefix: `rl`.
@@ -215,22 +218,55 @@ pub fn check_prefix(prefix: &str) -> Result<(), String> {
     }
 }
 
+/// The layout code of an algorithm's stored state, the last part of its
+/// keys: the algorithm's code ([`AlgorithmKind::code`]) followed by the
+/// layout version when the stored layout has changed since the first one.
+///
+/// | algorithm | code | stored state |
+/// |---|---|---|
+/// | fixed window | `fw` | string `window:count` |
+/// | sliding window counter | `sw` | string `window:prev:curr` |
+/// | sliding log | `sl2` | two sorted sets: `…:sl2` (score time, member call id) and `…:sl2:c` (score cumulative cost, same ids) |
+/// | token bucket | `tb2` | integer `tat` (µs), or string `tat:rem` |
+///
+/// A new layout gets a new code, so a server upgraded in place never reads
+/// a state written in another layout: keys of the old layout are left alone
+/// and expire by their own TTL.
+pub const fn layout_code(kind: AlgorithmKind) -> &'static str {
+    match kind {
+        AlgorithmKind::FixedWindow => "fw",
+        AlgorithmKind::SlidingWindow => "sw",
+        AlgorithmKind::SlidingLog => "sl2",
+        AlgorithmKind::TokenBucket => "tb2",
+        // `AlgorithmKind` is non-exhaustive: a later algorithm's first layout.
+        other => other.code(),
+    }
+}
+
+/// The policy name left out of keys: a quota with the default name writes
+/// `<prefix>:{<caller>}:<layout>`, every other `<prefix>:{<caller>}:<policy>:<layout>`.
+/// Policy names cannot contain `:`, so the two forms never meet.
+pub const DEFAULT_POLICY: &str = "default";
+
 /// The Redis key holding `caller`'s state under `quota`:
-/// `<prefix>:{<tag>}:<policy>:<algorithm code>`, the tag as [`tag`] makes
-/// it; at most [`MAX_KEY_LEN`] bytes.
+/// `<prefix>:{<tag>}:<policy>:<layout>`, or `<prefix>:{<tag>}:<layout>`
+/// for the default policy name (see [`layout_code`] and [`DEFAULT_POLICY`]),
+/// the tag as [`tag`] makes it; at most [`MAX_KEY_LEN`] bytes.
 ///
 /// `prefix` should have passed [`check_prefix`].
 pub fn key(prefix: &str, caller: &[u8], quota: &Quota) -> String {
     let name = quota.name();
-    let code = quota.kind().code();
+    let code = layout_code(quota.kind());
     let caller_len = escaped_len(caller).min(MAX_ESCAPED_CALLER_LEN);
-    let mut out = String::with_capacity(prefix.len() + caller_len + name.len() + 8);
+    let mut out = String::with_capacity(prefix.len() + caller_len + name.len() + 9);
     out.push_str(prefix);
     out.push_str(":{");
     tag_into(caller, &mut out);
     out.push_str("}:");
-    out.push_str(name);
-    out.push(':');
+    if name != DEFAULT_POLICY {
+        out.push_str(name);
+        out.push(':');
+    }
     out.push_str(code);
     out
 }

@@ -3,38 +3,43 @@
 //! Each script does the whole read-modify-write of one decision inside Redis,
 //! so two app servers deciding for one caller at the same instant can never
 //! both spend the last token. Each mirrors its function in
-//! `ratelimit_core::model` operation for operation, in integers below 2^53
-//! (exact in Lua's doubles; floor division via the exact `math.fmod`), and
-//! returns integers only (Redis truncates Lua numbers in replies).
+//! `ratelimit_core::model`, in integers below 2^53 (exact in Lua's doubles;
+//! floor division as `(a - math.fmod(a, b)) / b`, exact because `fmod` is),
+//! and returns integers only (Redis truncates Lua numbers in replies). The
+//! scripts are lean: no helper closures created per call, one `GET` for a
+//! counter or bucket state and O(log n) sorted-set lookups for a log, integers handed to Redis as Lua numbers (Redis
+//! writes an integral number below 2^53 as its exact decimal digits).
 //!
-//! Calling convention, shared by all four scripts:
+//! Calling convention:
 //!
 //! | | meaning |
 //! |---|---|
 //! | `KEYS[1]` | the caller's key, from [`crate::keys::key`] |
 //! | `ARGV[1]` | now in µs since the epoch, or `""` to use the server's `TIME` |
 //! | `ARGV[2]` | minimum expiry in ms (0 with the server clock; see [`INJECTED_CLOCK_MIN_EXPIRY`]) |
-//! | `ARGV[3]` | cost |
-//! | `ARGV[4..]` | fixed window, sliding window, sliding log: limit, window µs; token bucket: unit, refill, full |
+//! | `ARGV[3..]` | fixed window, sliding window, sliding log: cost, limit, window µs; token bucket: `cost * unit`, refill, full, unit |
 //!
 //! Reply: `{allowed (0/1), remaining, reset_after_us, retry_after_us or -1}`,
 //! decoded by [`crate::decode::decision`].
 //!
-//! Stored state (one key per caller, policy and algorithm):
+//! Stored state (one key per caller, policy and algorithm; the layouts and
+//! their versioned key codes are in [`crate::keys::layout_code`]):
 //!
 //! | algorithm | type | value |
 //! |---|---|---|
 //! | fixed window | string | `window:count` |
 //! | sliding window counter | string | `window:prev:curr` |
-//! | sliding log | sorted set | member `time:cost`, score `time` (µs) |
-//! | token bucket | string | `level:updated` (level in bucket units) |
+//! | sliding log | two sorted sets (`KEYS[1]` and `KEYS[1]:c`, one hash tag) | times (score µs, member call id) and cumulative costs (score, same ids, plus a base) |
+//! | token bucket | string | the theoretical arrival time `tat` (µs) as one integer; `tat:rem` when the rate leaves a sub-µs remainder |
 //!
 //! Every write sets the key's expiry to the model's derived TTL rounded up to
 //! whole milliseconds plus one (the server's expiry clock counts whole ms), so
-//! a key disappears only once its state equals a fresh key's. A denial writes
-//! only when the model's new state differs from the stored one (a sliding
-//! window rolled into a new window, a bucket refilled): storing exactly the
-//! model's state keeps the two in step even when the clock later steps back.
+//! a key disappears only once its state equals a fresh key's. **A denial
+//! writes nothing**, for every algorithm: the model returns the stored state
+//! unchanged for a denial (a sliding window counter is rolled into a new
+//! window on read only; a sliding log drops entries that left the window only
+//! when it admits), so there is nothing to write, and a clock that later
+//! steps back finds the same state the model does.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -90,45 +95,17 @@ impl Script {
 }
 
 /// The fixed window script.
-pub static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        "fixed_window",
-        concat!(
-            include_str!("scripts/prelude.lua"),
-            include_str!("scripts/fixed_window.lua")
-        ),
-    )
-});
+pub static FIXED_WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new("fixed_window", include_str!("scripts/fixed_window.lua")));
 /// The sliding window counter script.
-pub static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        "sliding_window",
-        concat!(
-            include_str!("scripts/prelude.lua"),
-            include_str!("scripts/sliding_window.lua")
-        ),
-    )
-});
+pub static SLIDING_WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new("sliding_window", include_str!("scripts/sliding_window.lua")));
 /// The sliding log script.
-pub static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        "sliding_log",
-        concat!(
-            include_str!("scripts/prelude.lua"),
-            include_str!("scripts/sliding_log.lua")
-        ),
-    )
-});
+pub static SLIDING_LOG: LazyLock<Script> =
+    LazyLock::new(|| Script::new("sliding_log", include_str!("scripts/sliding_log.lua")));
 /// The token bucket script.
-pub static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        "token_bucket",
-        concat!(
-            include_str!("scripts/prelude.lua"),
-            include_str!("scripts/token_bucket.lua")
-        ),
-    )
-});
+pub static TOKEN_BUCKET: LazyLock<Script> =
+    LazyLock::new(|| Script::new("token_bucket", include_str!("scripts/token_bucket.lua")));
 
 /// The script for `quota`'s algorithm.
 pub fn for_quota(quota: &Quota) -> &'static Script {
@@ -161,16 +138,18 @@ pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
             args.push("0".to_owned());
         }
     }
-    args.push(cost.to_string());
     match quota.algorithm() {
         Algorithm::FixedWindow(w) | Algorithm::SlidingWindow(w) | Algorithm::SlidingLog(w) => {
+            args.push(cost.to_string());
             args.push(w.limit().to_string());
             args.push(w.window_micros().to_string());
         }
         Algorithm::TokenBucket(b) => {
-            args.push(b.unit().to_string());
+            // `need` is computed here: one multiplication less in Lua.
+            args.push((cost * b.unit()).to_string());
             args.push(b.refill().to_string());
             args.push(b.full().to_string());
+            args.push(b.unit().to_string());
         }
     }
     args

@@ -50,7 +50,7 @@ const TRIVIAL_SCRIPT: &str = "return {1, 0, 0, -1}";
 /// The Redis commands of our token bucket and nothing else: the cost of the
 /// calls themselves, without arithmetic.
 const COMMANDS_ONLY_OURS: &str = "redis.call('TIME') redis.call('GET', KEYS[1]) \
-     redis.call('SET', KEYS[1], '11400000:1764538000123456', 'PX', 3600000) return {1, 0, 0, -1}";
+     redis.call('SET', KEYS[1], '1764538000123456', 'PX', '3600000') return {1, 0, 0, -1}";
 /// The Redis commands of the naive hash-of-floats script and nothing else.
 const COMMANDS_ONLY_NAIVE: &str = "redis.call('TIME') redis.call('HMGET', KEYS[1], 'tokens', 'ts') \
      redis.call('HSET', KEYS[1], 'tokens', 19.000000000000004, 'ts', 1764538000.123456) \
@@ -922,9 +922,10 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
         };
     for kind in ALGORITHMS {
         let quota = q.ours(kind);
+        // The key a limiter writes (default policy name left out, layout code).
         let key = format!(
-            "rl:{{{NAMESPACE}%3Acustomer-__rand_int__}}:default:{}",
-            kind.code()
+            "rl:{{{NAMESPACE}%3Acustomer-__rand_int__}}:{}",
+            keys::layout_code(kind)
         );
         bench(
             &format!("ours {}", algo_name(kind)),
@@ -950,7 +951,7 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
                 conns,
                 pipe,
                 scripts::TOKEN_BUCKET.lua(),
-                &format!("rl:{{{NAMESPACE}%3Acustomer-__rand_int__}}:default:tb"),
+                &format!("rl:{{{NAMESPACE}%3Acustomer-__rand_int__}}:tb2"),
                 scripts::args(&tb, None, 1),
             );
         }
@@ -959,7 +960,7 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
             conns,
             pipe,
             PROTOTYPE_TOKEN_BUCKET,
-            &format!("rl:{{{NAMESPACE}%3Acustomer-__rand_int__}}:default:t1"),
+            &format!("rl:{{{NAMESPACE}%3Acustomer-__rand_int__}}:t1"),
             scripts::args(&tb, None, 1),
         );
     }
@@ -1010,13 +1011,13 @@ fn script_costs_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut Book)
             );
         }
     };
-    let our_key = |code: &str| format!("rl:{{{NAMESPACE}%3Acustomer-__rand_int__}}:default:{code}");
+    let our_key = |code: &str| format!("rl:{{{NAMESPACE}%3Acustomer-__rand_int__}}:{code}");
     for kind in ALGORITHMS {
         let quota = q.ours(kind);
         cost(
             &format!("ours {}", algo_name(kind)),
             scripts::for_quota(&quota).lua(),
-            &our_key(kind.code()),
+            &our_key(keys::layout_code(kind)),
             scripts::args(&quota, None, 1),
         );
     }
@@ -1241,7 +1242,7 @@ async fn memory_section(a: &Args) {
     )
     .await;
     rows.push((
-        "prototype one-integer token bucket (`rl:{api%3Acustomer-0000042}:default:t1`)".to_owned(),
+        "prototype one-integer token bucket (`rl:{api%3Acustomer-0000042}:t1`)".to_owned(),
         per,
     ));
     let per = memory_row(c, naive(NAIVE_TOKEN_BUCKET, natural_tb, q.naive_tb_args())).await;

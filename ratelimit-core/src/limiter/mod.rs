@@ -224,6 +224,38 @@ impl Failure {
 
 type Call<'a, T> = Pin<Box<dyn Future<Output = StoreResult<T>> + Send + 'a>>;
 
+/// One decision: [`Store::decide_sync`] first (an in-process store answers
+/// there, with no future to box), else the store's boxed `decide` future.
+/// Polled inside the limiter's panic guard and timeout.
+struct SyncFirst<'a> {
+    store: &'a dyn Store,
+    key: &'a [u8],
+    quota: &'a Quota,
+    cost: u64,
+    pending: Option<Call<'a, Decision>>,
+}
+
+impl Future for SyncFirst<'_> {
+    type Output = StoreResult<Decision>;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        if this.pending.is_none() {
+            if let Some(r) = this.store.decide_sync(this.key, this.quota, this.cost) {
+                return std::task::Poll::Ready(r);
+            }
+            this.pending = Some(this.store.decide(this.key, this.quota, this.cost));
+        }
+        match &mut this.pending {
+            Some(call) => call.as_mut().poll(cx),
+            None => std::task::Poll::Pending,
+        }
+    }
+}
+
 impl Limiter {
     /// Starts building a limiter over `store`.
     pub fn builder(store: impl Store + 'static) -> LimiterBuilder {
@@ -358,7 +390,10 @@ impl Limiter {
 
     /// Runs one store call through the breaker, the timeout and the panic
     /// guard.
-    async fn call<'a, T>(&'a self, call: Call<'a, T>, now: Micros) -> Result<T, Failure> {
+    async fn call<'a, T, F>(&'a self, call: F, now: Micros) -> Result<T, Failure>
+    where
+        F: Future<Output = StoreResult<T>> + Unpin + Send + 'a,
+    {
         let inner = &*self.inner;
         let permit = match &inner.breaker {
             Some(b) => match b.permit(now) {
@@ -432,7 +467,14 @@ impl Limiter {
                 return d;
             }
         }
-        let call: Call<'_, Decision> = (*inner.store).decide(key, quota, cost);
+        // An in-process store answers synchronously, without a boxed future.
+        let call = SyncFirst {
+            store: &*inner.store,
+            key,
+            quota,
+            cost,
+            pending: None,
+        };
         let d = match self.call(call, now).await {
             Ok(mut d) => {
                 #[cfg(feature = "deny-cache")]

@@ -40,19 +40,19 @@ pub(crate) enum Guard<T> {
 /// Polls the store call, catching panics, racing it against the timer. The
 /// timer is armed only once the call has returned `Pending`, so a store that
 /// answers at once (the in-process one) never pays for a sleep.
-pub(crate) struct Guarded<'a, T> {
-    pub(crate) call: Pin<Box<dyn Future<Output = T> + Send + 'a>>,
+pub(crate) struct Guarded<'a, F> {
+    pub(crate) call: F,
     pub(crate) sleep: Option<Sleep>,
     pub(crate) timer: &'a dyn Timer,
     pub(crate) timeout: Duration,
 }
 
-impl<T> Future for Guarded<'_, T> {
-    type Output = Guard<T>;
+impl<F: Future + Unpin> Future for Guarded<'_, F> {
+    type Output = Guard<F::Output>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        match std::panic::catch_unwind(AssertUnwindSafe(|| this.call.as_mut().poll(cx))) {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut this.call).poll(cx))) {
             Ok(Poll::Ready(v)) => return Poll::Ready(Guard::Done(v)),
             Ok(Poll::Pending) => {}
             Err(_) => return Poll::Ready(Guard::Panicked),

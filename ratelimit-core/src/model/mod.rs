@@ -6,6 +6,22 @@
 //! compares every store against it. Everything is integer arithmetic whose
 //! intermediate values stay below 2^53 (the quota constructors guarantee it),
 //! so a Lua script using doubles computes the same numbers bit for bit.
+//!
+//! Two rules hold for every algorithm:
+//!
+//! - **A denial returns the stored state unchanged** (`step.state` equals
+//!   the `state` passed in), so a store writes nothing for a denial. Where
+//!   the time has moved the state on (a sliding window counter now in a
+//!   later window, a sliding log with entries that have left the window),
+//!   that move is computed on read, and stored only by the next admission.
+//! - **A clock that steps back** is read as that earlier instant, with
+//!   everything admitted since still counted: a token bucket has the level it
+//!   had then minus what was spent since (possibly below empty: denied, with
+//!   a `retry_after` that includes the step; no tokens for time that has not
+//!   passed); a sliding log counts its entries later than `now`; the window
+//!   counters count by the window `now` falls in (a state of another window
+//!   is a fresh one). The token bucket and the sliding log never admit
+//!   more after a step back than they would at the latest instant seen.
 
 mod all;
 mod fixed_window;
@@ -122,6 +138,23 @@ pub fn decide(
             }
         }
     })
+}
+
+/// The token bucket step alone, on its own state: exactly what [`decide`]
+/// does for a token bucket quota, returning `(decision, new state, ttl)`.
+///
+/// For stores that keep each algorithm's state in its own layout (the local
+/// store updates a bucket's theoretical arrival time with one
+/// compare-and-swap). `cost` must have passed [`Quota::check_cost`]: at
+/// least 1 and at most the capacity.
+#[inline]
+pub fn token_bucket_step(
+    bucket: &crate::Bucket,
+    state: Option<TokenBucketState>,
+    now: Micros,
+    cost: u64,
+) -> (Decision, TokenBucketState, Micros) {
+    token_bucket::step(bucket, state, now, cost)
 }
 
 #[cfg(test)]

@@ -17,6 +17,10 @@ pub struct SlidingLogState {
 /// the same name) denies until enough entries leave; `remaining` is then 0.
 /// Admitted iff the cost of the remaining entries plus `cost` is at most the
 /// limit. Entries later than `now` (a clock that went back) still count.
+///
+/// An admission drops the entries that have left the window and records the
+/// call; a denial returns the stored log as it is (entries that have left
+/// the window are dropped by the next admission), so a store writes nothing.
 pub(super) fn step(
     w: &Window,
     state: Option<SlidingLogState>,
@@ -25,13 +29,12 @@ pub(super) fn step(
 ) -> (Decision, SlidingLogState, Micros) {
     let (limit, width) = (w.limit(), w.window_micros());
     let mut s = state.unwrap_or_default();
-    while s.entries.front().is_some_and(|&(t, _)| t + width <= now) {
-        s.entries.pop_front();
-    }
-    let total: u64 = s.entries.iter().map(|&(_, c)| c).sum();
+    let gone = s.entries.partition_point(|&(t, _)| t + width <= now);
+    let total: u64 = s.entries.iter().skip(gone).map(|&(_, c)| c).sum();
     let allowed = total + cost <= limit;
     let mut retry = None;
     if allowed {
+        s.entries.drain(..gone);
         // Insert keeping time order; merge with an entry at the same time.
         let pos = s.entries.partition_point(|&(t, _)| t < now);
         match s.entries.get_mut(pos) {
@@ -41,7 +44,7 @@ pub(super) fn step(
     } else {
         // Oldest first: wait until enough entries have left the window.
         let mut left = total;
-        for &(t, c) in &s.entries {
+        for &(t, c) in s.entries.iter().skip(gone) {
             left -= c;
             if left + cost <= limit {
                 retry = Some(t + width - now);

@@ -18,6 +18,10 @@ pub struct SlidingWindowState {
 /// `prev * (W - e) + (curr + cost) * W <= limit * W` (the estimate
 /// `prev * (W - e) / W + curr + cost <= limit`, multiplied out so it stays in
 /// integers). Every product is at most `limit * W <= 2^53 - 1`.
+///
+/// The state is rolled into the current window lazily: a state of window
+/// `idx - 1` is read as `(prev = curr, curr = 0)`, any other window as fresh.
+/// A denial leaves the state as stored.
 pub(super) fn step(
     w: &Window,
     state: Option<SlidingWindowState>,
@@ -27,7 +31,7 @@ pub(super) fn step(
     let (limit, width) = (w.limit(), w.window_micros());
     let idx = now / width;
     let e = now - idx * width;
-    let (prev, curr) = match state {
+    let (prev, curr) = match &state {
         Some(s) if s.window == idx => (s.prev, s.curr),
         Some(s) if s.window + 1 == idx => (s.curr, 0),
         _ => (0, 0),
@@ -61,13 +65,21 @@ pub(super) fn step(
     } else {
         0
     };
-    (
-        Decision::from_store(allowed, limit, remaining, reset, retry),
-        SlidingWindowState {
+    // A denial returns the stored state as it is, even when `now` is in a
+    // later window: the roll into the new window is only ever computed on
+    // read (above), so a store writes nothing for a denial, and a clock that
+    // steps back into the stored window finds its counts again.
+    let state = match state {
+        Some(stored) if !allowed => stored,
+        _ => SlidingWindowState {
             window: idx,
             prev,
             curr,
         },
+    };
+    (
+        Decision::from_store(allowed, limit, remaining, reset, retry),
+        state,
         reset,
     )
 }

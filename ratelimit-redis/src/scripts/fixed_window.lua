@@ -1,35 +1,42 @@
--- Fixed window. Mirrors ratelimit-core/src/model/fixed_window.rs step for step.
--- KEYS[1]  the caller's key (a string "window:count")
+-- Fixed window (layout fw). Mirrors ratelimit-core/src/model/fixed_window.rs.
+-- KEYS[1]  the caller's key: the string `window:count`
 -- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
 -- ARGV[2]  minimum expiry in ms (0 with the server clock)
 -- ARGV[3]  cost
 -- ARGV[4]  limit
 -- ARGV[5]  window in µs
 -- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}.
--- Every number is an integer below 2^53, so Lua's doubles hold it exactly.
-
--- (floordiv, ceildiv, fmt, expire_ms, key, now, min_ms and cost come from prelude.lua)
-local limit = tonumber(ARGV[4])
-local width = tonumber(ARGV[5])
-
-local idx = floordiv(now, width)
+-- Every number is an integer below 2^53, exact in Lua's doubles; math.fmod
+-- is exact, so (a - fmod(a, b)) / b is the exact floor of a / b. No
+-- closures; the state is split at its one ':' (no pattern matching).
+local now = ARGV[1]
+if now == '' then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+else
+  now = tonumber(now)
+end
+local cost, limit, width = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local idx = (now - math.fmod(now, width)) / width
 local count = 0
-local raw = redis.call('GET', key)
-if raw then
-  local w, c = string.match(raw, '^(%d+):(%d+)$')
-  -- A state of any other window (or unreadable) is a fresh one.
-  if w and tonumber(w) == idx then count = tonumber(c) end
+local v = redis.call('GET', KEYS[1])
+if v then
+  local i = string.find(v, ':', 1, true)
+  -- A state of any other window is a fresh one.
+  if i and tonumber(string.sub(v, 1, i - 1)) == idx then count = tonumber(string.sub(v, i + 1)) end
 end
 local until_end = (idx + 1) * width - now
-local allowed = count + cost <= limit
-if allowed then
+if count + cost <= limit then
   count = count + cost
-  redis.call('SET', key, fmt(idx) .. ':' .. fmt(count), 'PX', fmt(expire_ms(until_end, min_ms)))
-end
--- A denial leaves the stored state as it is: the model's new state equals it.
-local remaining = 0
-if limit > count then remaining = limit - count end
-if allowed then
+  local ms = math.fmod(until_end, 1000)
+  if ms > 0 then ms = (until_end - ms) / 1000 + 2 else ms = until_end / 1000 + 1 end
+  local min_ms = tonumber(ARGV[2])
+  if ms < min_ms then ms = min_ms end
+  redis.call('SET', KEYS[1], string.format('%d:%d', idx, count), 'PX', string.format('%d', ms))
+  local remaining = limit - count
   return {1, remaining, until_end, -1}
 end
+-- Denied: nothing is written (the model's state is the stored one).
+local remaining = 0
+if limit > count then remaining = limit - count end
 return {0, remaining, until_end, until_end}

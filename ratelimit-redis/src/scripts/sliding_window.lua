@@ -1,33 +1,39 @@
--- Sliding window counter. Mirrors ratelimit-core/src/model/sliding_window.rs
--- step for step.
--- KEYS[1]  the caller's key (a string "window:prev:curr")
+-- Sliding window counter (layout sw). Mirrors
+-- ratelimit-core/src/model/sliding_window.rs.
+-- KEYS[1]  the caller's key: the string `window:prev:curr`
 -- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
 -- ARGV[2]  minimum expiry in ms (0 with the server clock)
 -- ARGV[3]  cost
 -- ARGV[4]  limit
 -- ARGV[5]  window in µs
 -- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}.
--- Every product is at most limit * window <= 2^53 - 1 (checked by the quota),
--- so Lua's doubles hold every value exactly.
-
--- (floordiv, ceildiv, fmt, expire_ms, key, now, min_ms and cost come from prelude.lua)
-local limit = tonumber(ARGV[4])
-local width = tonumber(ARGV[5])
-
-local idx = floordiv(now, width)
-local e = now - idx * width
+-- Every product is at most limit * window <= 2^53 - 1 (checked by the
+-- quota), so Lua's doubles hold every value exactly; math.fmod is exact, so
+-- (a - fmod(a, b)) / b is the exact floor of a / b. No closures; the state
+-- is split at its two ':' (no pattern matching).
+local now = ARGV[1]
+if now == '' then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+else
+  now = tonumber(now)
+end
+local cost, limit, width = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local fmod = math.fmod
+local e = fmod(now, width)
+local idx = (now - e) / width
 local prev, curr = 0, 0
-local same_window = false
-local raw = redis.call('GET', key)
-if raw then
-  local w, p, c = string.match(raw, '^(%d+):(%d+):(%d+)$')
-  if w then
-    w = tonumber(w)
+local v = redis.call('GET', KEYS[1])
+if v then
+  local i = string.find(v, ':', 1, true)
+  local j = i and string.find(v, ':', i + 1, true)
+  if j then
+    local w = tonumber(string.sub(v, 1, i - 1))
     if w == idx then
-      same_window = true
-      prev, curr = tonumber(p), tonumber(c)
+      prev, curr = tonumber(string.sub(v, i + 1, j - 1)), tonumber(string.sub(v, j + 1))
     elseif w + 1 == idx then
-      prev = tonumber(c)
+      -- Rolled on read: the stored window's count is now the previous one.
+      prev = tonumber(string.sub(v, j + 1))
     end
     -- Any other window (older, or later after a clock went back): fresh.
   end
@@ -45,18 +51,20 @@ if allowed then
 elseif curr + cost <= limit then
   -- Admissible later in this window, once the previous window's weight has
   -- shrunk: the first e' with prev * (W - e') <= a * W. prev > 0 here.
-  local a = limit - curr - cost
-  local first = width - floordiv(a * width, prev)
-  retry = first - e
+  local aw = (limit - curr - cost) * width
+  retry = width - (aw - fmod(aw, prev)) / prev - e
 else
   -- Only in the next window, where prev' = curr > 0 and curr' = 0.
-  local first = width - floordiv((limit - cost) * width, curr)
-  retry = width - e + first
+  local aw = (limit - cost) * width
+  retry = 2 * width - e - (aw - fmod(aw, curr)) / curr
 end
 
 local used = weighted + curr * width
 local remaining = 0
-if limit * width > used then remaining = floordiv(limit * width - used, width) end
+if limit * width > used then
+  local r = limit * width - used
+  remaining = (r - fmod(r, width)) / width
+end
 local reset = 0
 if curr > 0 then
   reset = 2 * width - e
@@ -64,14 +72,14 @@ elseif prev > 0 then
   reset = width - e
 end
 
--- A denial in the stored window changes nothing: skip the write. A denial
--- that rolled the state into a new window must store the rolled state, or a
--- clock that later steps back would see the old window's counts again.
-if allowed or not same_window then
-  redis.call('SET', key, fmt(idx) .. ':' .. fmt(prev) .. ':' .. fmt(curr),
-    'PX', fmt(expire_ms(reset, min_ms)))
-end
 if allowed then
+  local ms = fmod(reset, 1000)
+  if ms > 0 then ms = (reset - ms) / 1000 + 2 else ms = reset / 1000 + 1 end
+  local min_ms = tonumber(ARGV[2])
+  if ms < min_ms then ms = min_ms end
+  redis.call('SET', KEYS[1], string.format('%d:%d:%d', idx, prev, curr), 'PX', string.format('%d', ms))
   return {1, remaining, reset, -1}
 end
+-- Denied: nothing is written. The stored state is the model's (the roll
+-- into a new window is computed on read).
 return {0, remaining, reset, retry}

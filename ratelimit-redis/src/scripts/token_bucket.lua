@@ -1,61 +1,71 @@
--- Token bucket. Mirrors ratelimit-core/src/model/token_bucket.rs step for step.
--- KEYS[1]  the caller's key (a string "level:updated", level in units)
+-- Token bucket (layout tb2). Mirrors ratelimit-core/src/model/token_bucket.rs.
+-- KEYS[1]  the caller's key: the theoretical arrival time (the instant the
+--          bucket is full again) as one integer `tat` in µs, or `tat:rem`
+--          when the rate leaves a sub-µs remainder (rem in bucket units)
 -- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
 -- ARGV[2]  minimum expiry in ms (0 with the server clock)
--- ARGV[3]  cost
--- ARGV[4]  unit: bucket units per token
--- ARGV[5]  refill: units gained per µs
--- ARGV[6]  full: capacity * unit
+-- ARGV[3]  need = cost * unit
+-- ARGV[4]  refill: units gained per µs
+-- ARGV[5]  full = capacity * unit
+-- ARGV[6]  unit: units per token
 -- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}.
--- No product exceeds full + refill <= 2^53 - 1 (checked by the quota).
-
--- (floordiv, ceildiv, fmt, expire_ms, key, now, min_ms and cost come from prelude.lua)
-local unit = tonumber(ARGV[4])
-local refill = tonumber(ARGV[5])
-local full = tonumber(ARGV[6])
-
-local level, updated = full, now
-local stored_level, stored_updated = nil, nil
-local raw = redis.call('GET', key)
-if raw then
-  local l, u = string.match(raw, '^(%d+):(%d+)$')
-  if l then
-    l, u = tonumber(l), tonumber(u)
-    stored_level, stored_updated = l, u
-    local elapsed = 0
-    if now > u then elapsed = now - u end
-    local capped = l
-    if capped > full then capped = full end
-    local missing = full - capped
-    -- Full once elapsed >= ceil(missing / refill); otherwise the product
-    -- elapsed * refill stays below missing + refill.
-    if elapsed >= ceildiv(missing, refill) then
-      level = full
-    else
-      level = l + elapsed * refill
-    end
-    if u > now then updated = u else updated = now end
-  end
-end
-
-local need = cost * unit
-local allowed = level >= need
-local retry = -1
-if allowed then
-  level = level - need
+-- Every value stays within full + refill <= 2^53 - 1 (checked by the quota),
+-- so Lua's doubles hold it exactly; math.fmod is exact, so
+-- (a - fmod(a, b)) / b is the exact floor of a / b for a >= 0 (and the
+-- truncation, i.e. the ceiling, for a < 0). No closures; numbers reach
+-- Redis formatted as integers ('%d', exact below 2^53).
+local now = ARGV[1]
+if now == '' then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
 else
-  retry = (updated - now) + ceildiv(need - level, refill)
+  now = tonumber(now)
 end
-local reset = (updated - now) + ceildiv(full - level, refill)
-local remaining = floordiv(level, unit)
-
--- A denial that changed nothing skips the write. One after a refill must
--- store the refilled state (level and time): a clock that later steps back
--- would otherwise refill from the older state and see fewer tokens.
-if allowed or level ~= stored_level or updated ~= stored_updated then
-  redis.call('SET', key, fmt(level) .. ':' .. fmt(updated), 'PX', fmt(expire_ms(reset, min_ms)))
+local need, refill, full = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local fmod = math.fmod
+-- The bucket is short of full by d = delta * refill + rho units.
+local delta, rho = 0, 0
+local v = redis.call('GET', KEYS[1])
+if v then
+  local tat = tonumber(v)
+  if not tat then
+    local i = string.find(v, ':', 1, true)
+    tat, rho = tonumber(string.sub(v, 1, i - 1)), tonumber(string.sub(v, i + 1))
+    if rho > refill - 1 then rho = refill - 1 end
+  end
+  if tat > now or (tat == now and rho > 0) then delta = tat - now else rho = 0 end
 end
-if allowed then
-  return {1, remaining, reset, -1}
+local room = full - need
+local unit = tonumber(ARGV[6])
+if rho <= room and delta <= (room - rho - fmod(room - rho, refill)) / refill then
+  local d = delta * refill + rho + need
+  local rem = fmod(d, refill)
+  local whole = (d - rem) / refill
+  local reset = whole
+  if rem > 0 then reset = whole + 1 end
+  -- Expiry: the reset rounded up to whole ms, plus one ms.
+  local ms = fmod(reset, 1000)
+  if ms > 0 then ms = (reset - ms) / 1000 + 2 else ms = reset / 1000 + 1 end
+  local min_ms = tonumber(ARGV[2])
+  if ms < min_ms then ms = min_ms end
+  -- '%d' (a C long): integer formatting, far cheaper than the '%.17g'
+  -- Redis applies to a Lua number argument.
+  if rem == 0 then
+    redis.call('SET', KEYS[1], string.format('%d', now + whole), 'PX', string.format('%d', ms))
+  else
+    redis.call('SET', KEYS[1], string.format('%d:%d', now + whole, rem), 'PX', string.format('%d', ms))
+  end
+  local level = full - d
+  return {1, (level - fmod(level, unit)) / unit, reset, -1}
 end
-return {0, remaining, reset, retry}
+-- Denied: nothing is written.
+local level = 0
+if rho <= full and delta <= (full - rho - fmod(full - rho, refill)) / refill then
+  level = full - delta * refill - rho
+end
+local reset = delta
+if rho > 0 then reset = delta + 1 end
+local x = rho + need - full
+local q = (x - fmod(x, refill)) / refill
+if fmod(x, refill) > 0 then q = q + 1 end
+return {0, (level - fmod(level, unit)) / unit, reset, delta + q}

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The server's CPU per script call as an instruction count: redis-server runs
+# under callgrind, and for each contender the counters are zeroed, N calls
+# are sent by redis-benchmark on one connection, and the counters dumped.
+# Instruction counts do not depend on what else the machine runs, where the
+# server's wall time per call (INFO commandstats) does.
+#
+# From the repository root:  bash benches/script_instructions.sh [N]
+# Needs valgrind, redis-server 7, redis-benchmark, redis-cli.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N="${1:-5000}"
+
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+DIR=$(mktemp -d)
+valgrind --tool=callgrind --callgrind-out-file="$DIR/cg.out" \
+    redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
+    >"$DIR/server.log" 2>&1 &
+VG=$!
+trap 'kill "$VG" 2>/dev/null; rm -rf "$DIR"' EXIT
+cli() { redis-cli -p "$PORT" "$@"; }
+for _ in $(seq 300); do cli ping >/dev/null 2>&1 && break; sleep 0.2; done
+
+OURS=ratelimit-redis/src/scripts/token_bucket.lua
+NAIVE=benches/lua/naive_token_bucket.lua
+PROTO=benches/lua/prototype_token_bucket_one_integer.lua
+LOG=ratelimit-redis/src/scripts/sliding_log.lua
+SHA_TB=$(cli SCRIPT LOAD "$(cat $OURS)")
+SHA_NAIVE=$(cli SCRIPT LOAD "$(cat $NAIVE)")
+SHA_PROTO=$(cli SCRIPT LOAD "$(cat $PROTO)")
+SHA_LOG=$(cli SCRIPT LOAD "$(cat $LOG)")
+SHA_TRIVIAL=$(cli SCRIPT LOAD "return {1, 0, 0, -1}")
+cli FUNCTION LOAD REPLACE "#!lua name=ratelimit_bench
+local function token_bucket(KEYS, ARGV)
+$(cat $OURS)
+end
+redis.register_function('rl_token_bucket', token_bucket)" >/dev/null
+
+n=0
+measure() { # <label> <command...>: instructions per call
+    local label=$1
+    shift
+    n=$((n + 1))
+    callgrind_control -z "$VG" >/dev/null
+    redis-benchmark -p "$PORT" -c 1 -n "$N" "$@" >/dev/null
+    callgrind_control -d "m$n" "$VG" >/dev/null
+    sleep 1
+    local f
+    f=$(ls -t "$DIR"/cg.out.* | head -1)
+    local total
+    total=$(grep -E '^(summary|totals):' "$f" | head -1 | awk '{print $2}')
+    printf '| %s | %d |\n' "$label" $((total / N))
+}
+
+ADMIT_OURS=("" 0 1000000 1 999999999000000 1000000)
+DENY_OURS=("" 0 3600000000 1 72000000000 3600000000)
+ADMIT_PROTO=("" 0 1 1000000 1 999999999000000)
+DENY_PROTO=("" 0 1 3600000000 1 72000000000)
+ADMIT_NAIVE=(1 1000000000 1)
+DENY_NAIVE=(0.0002777777777777778 20 1)
+for _ in $(seq 30); do
+    cli EVALSHA "$SHA_TB" 1 dk1 "${DENY_OURS[@]}" >/dev/null
+    cli EVALSHA "$SHA_PROTO" 1 dk2 "${DENY_PROTO[@]}" >/dev/null
+    cli EVALSHA "$SHA_NAIVE" 1 dk3 "${DENY_NAIVE[@]}" >/dev/null
+done
+# Sliding logs of 10 and 100,000 entries in the script's layout.
+for size in 10 100000 95000; do
+    cli EVAL "
+        local t = redis.call('TIME')
+        local now = t[1] * 1000000 + t[2]
+        local n = tonumber(ARGV[1])
+        redis.call('ZADD', KEYS[1] .. ':c', 0, 0)
+        local i = 1
+        while i <= n do
+          local tz, cz = {}, {}
+          for j = 1, 1000 do
+            if i > n then break end
+            tz[#tz + 1] = now - 1800000000 + i * 10000
+            tz[#tz + 1] = i
+            cz[#cz + 1] = i
+            cz[#cz + 1] = i
+            i = i + 1
+          end
+          redis.call('ZADD', KEYS[1], unpack(tz))
+          redis.call('ZADD', KEYS[1] .. ':c', unpack(cz))
+        end
+        return n" 1 "log$size" "$size" >/dev/null
+done
+
+echo "| contender ($N calls each, one connection) | server instructions per call |"
+echo "|---|---:|"
+measure "PING (the floor of any command)" PING
+measure "EVALSHA of a script returning {1, 0, 0, -1}" EVALSHA "$SHA_TRIVIAL" 0
+measure "naive hash-of-floats token bucket, admitting" EVALSHA "$SHA_NAIVE" 1 k3 "${ADMIT_NAIVE[@]}"
+measure "prototype one-integer token bucket, admitting" EVALSHA "$SHA_PROTO" 1 k2 "${ADMIT_PROTO[@]}"
+measure "ours token bucket (tb2), EVALSHA, admitting" EVALSHA "$SHA_TB" 1 k1 "${ADMIT_OURS[@]}"
+measure "ours token bucket (tb2), FCALL, admitting" FCALL rl_token_bucket 1 k1 "${ADMIT_OURS[@]}"
+measure "naive hash-of-floats token bucket, denying" EVALSHA "$SHA_NAIVE" 1 dk3 "${DENY_NAIVE[@]}"
+measure "prototype one-integer token bucket, denying" EVALSHA "$SHA_PROTO" 1 dk2 "${DENY_PROTO[@]}"
+measure "ours token bucket (tb2), EVALSHA, denying" EVALSHA "$SHA_TB" 1 dk1 "${DENY_OURS[@]}"
+measure "ours token bucket (tb2), FCALL, denying" FCALL rl_token_bucket 1 dk1 "${DENY_OURS[@]}"
+measure "ours sliding log (sl2), 10 entries, denying" EVALSHA "$SHA_LOG" 1 log10 "" 0 1 10 3600000000
+measure "ours sliding log (sl2), 100,000 entries, denying" EVALSHA "$SHA_LOG" 1 log100000 "" 0 1 100000 3600000000
+measure "ours sliding log (sl2), 10 entries growing by the calls, admitting" EVALSHA "$SHA_LOG" 1 log10 "" 0 1 100000 3600000000
+measure "ours sliding log (sl2), 95,000 entries growing to 100,000, admitting" EVALSHA "$SHA_LOG" 1 log95000 "" 0 1 100000 3600000000
