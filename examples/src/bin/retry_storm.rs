@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use ratelimit_core::model::Charge;
 use ratelimit_core::{
-    Clock, Decision, DenyCache, Limiter, ManualClock, Quota, Rate, Store, async_trait,
+    Clock, Decision, DenyCache, Limiter, ManualClock, Quota, Rate, Source, Store, async_trait,
 };
 use ratelimit_redis::RedisStore;
 
@@ -105,7 +105,7 @@ async fn run(
     for _ in 0..steps {
         for c in 0..callers {
             let d = limiter.check(format!("caller-{c}")).await;
-            if !d.is_from_store() {
+            if matches!(d.source, Source::FailOpen | Source::FailClosed) {
                 let why = match store
                     .inner
                     .decide(format!("caller-{c}").as_bytes(), quota, 1)
