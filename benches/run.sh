@@ -33,3 +33,13 @@ bash benches/script_instructions.sh 5000 | grep '^|' | tee "$OUT/script_instruct
 # Redis: one process starts its own servers; RUNS runs of load and overhead.
 cargo run -q --release -p ratelimit-benches --features fred --bin redis_load -- \
     --runs "$RUNS" --cluster | tee "$OUT/redis.md"
+
+# The failure path: a dead Redis with and without the circuit breaker, and
+# the recovery once it is back (starts its own redis-server).
+cargo run -q --release -p ratelimit-benches --bin dead_redis | tee "$OUT/dead_redis.md"
+# The deny cache in a retry storm and acquire across two processes, on a
+# redis-server of their own.
+redis-server --port 6399 --bind 127.0.0.1 --save "" --appendonly no --daemonize yes
+cargo run -q --release -p ratelimit-examples --bin retry_storm -- --redis redis://127.0.0.1:6399/ | tee "$OUT/retry_storm.md"
+cargo run -q --release -p ratelimit-examples --bin workers -- --redis redis://127.0.0.1:6399/ | tee "$OUT/workers.md"
+redis-cli -p 6399 shutdown nosave || true
