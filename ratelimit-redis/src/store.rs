@@ -83,7 +83,10 @@ impl Backend {
 /// (see [`crate::scripts`]), atomic on the server, equal to
 /// `ratelimit_core::model::decide` at the server's `TIME` (or at the
 /// injected clock's time), with the caller's key laid out and escaped as
-/// [`crate::keys`] describes. A cost that can never pass is refused before
+/// [`crate::keys`] describes. A decision over several quotas
+/// ([`Store::decide_all`]) is one `EVALSHA` of [`scripts::MULTI`] whatever
+/// the number of quotas, all or nothing, equal to
+/// `ratelimit_core::model::decide_all`. A cost that can never pass is refused before
 /// any network call. Every call is bounded by [`RedisStore::timeout`];
 /// errors say whether they are transient.
 #[derive(Clone)]
