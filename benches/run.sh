@@ -26,6 +26,7 @@ cargo bench -p ratelimit-benches --bench local_memory | tee "$OUT/local_memory.m
 # sliding log cost against its length, bytes per caller (starts its own
 # redis-server).
 bash benches/script_cost.sh "$RUNS" | tee "$OUT/script_cost.md"
+bash benches/multi_cost.sh "$RUNS" | tee "$OUT/multi_cost.md"
 # The same contenders as server instructions per call (callgrind; needs
 # valgrind): deterministic where the server's wall time is not.
 bash benches/script_instructions.sh 5000 | grep '^|' | tee "$OUT/script_instructions.md"

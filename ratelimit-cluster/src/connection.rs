@@ -22,19 +22,21 @@ pub(crate) enum Backend {
 
 impl Backend {
     /// One attempt: `EVALSHA` (or `EVAL` with the source when `source`) of
-    /// `script` on `key`, sent where `route` says.
+    /// `script` on `keys` (one slot), sent where `route` says.
     pub(crate) async fn eval(
         &self,
         script: &Script,
-        key: &str,
+        keys: &[String],
         args: &[String],
         route: &Route,
         source: bool,
     ) -> Result<Vec<i64>, Failure> {
         match self {
-            Self::Redis(conn) => redis_eval(conn.clone(), script, key, args, route, source).await,
+            Self::Redis(conn) => redis_eval(conn.clone(), script, keys, args, route, source).await,
             #[cfg(feature = "fred")]
-            Self::Fred(client) => crate::fred::eval(client, script, key, args, route, source).await,
+            Self::Fred(client) => {
+                crate::fred::eval(client, script, keys, args, route, source).await
+            }
         }
     }
 
@@ -75,7 +77,7 @@ impl Backend {
     }
 }
 
-fn script_cmd(script: &Script, key: &str, args: &[String], source: bool) -> Cmd {
+fn script_cmd(script: &Script, keys: &[String], args: &[String], source: bool) -> Cmd {
     let mut cmd = if source {
         let mut c = redis::cmd("EVAL");
         c.arg(script.lua());
@@ -85,7 +87,7 @@ fn script_cmd(script: &Script, key: &str, args: &[String], source: bool) -> Cmd 
         c.arg(script.sha1());
         c
     };
-    cmd.arg(1).arg(key).arg(args);
+    cmd.arg(keys.len()).arg(keys).arg(args);
     cmd
 }
 
@@ -118,16 +120,17 @@ fn decode_value(value: Value) -> Result<Vec<i64>, Failure> {
 async fn redis_eval(
     mut conn: ClusterConnection,
     script: &Script,
-    key: &str,
+    keys: &[String],
     args: &[String],
     route: &Route,
     source: bool,
 ) -> Result<Vec<i64>, Failure> {
     use redis::cluster_routing::RoutingInfo;
-    let cmd = script_cmd(script, key, args, source);
+    let cmd = script_cmd(script, keys, args, source);
     match route {
-        // Routed by the key (EVAL/EVALSHA name it after numkeys) to its
-        // slot's master.
+        // Routed by the first key (EVAL/EVALSHA name the keys after
+        // numkeys; every key of one call shares its slot) to the slot's
+        // master.
         Route::Key => cmd
             .query_async::<Vec<i64>>(&mut conn)
             .await

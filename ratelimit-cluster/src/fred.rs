@@ -51,22 +51,23 @@ fn failure(err: fred::error::Error) -> Failure {
 pub(crate) async fn eval(
     client: &Client,
     script: &Script,
-    key: &str,
+    keys: &[String],
     args: &[String],
     _route: &Route,
     source: bool,
 ) -> Result<Vec<i64>, Failure> {
-    let slot = fred::util::redis_keyslot(key.as_bytes());
+    // Every key of one call carries the caller's hash tag: one slot.
+    let slot = fred::util::redis_keyslot(keys.first().map_or(&b""[..], |k| k.as_bytes()));
     let (name, body) = if source {
         ("EVAL", script.lua())
     } else {
         ("EVALSHA", script.sha1())
     };
     let command = CustomCommand::new_static(name, ClusterHash::Custom(slot), false);
-    let mut values: Vec<Value> = Vec::with_capacity(3 + args.len());
+    let mut values: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
     values.push(body.into());
-    values.push(1_i64.into());
-    values.push(key.into());
+    values.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
+    values.extend(keys.iter().map(|k| Value::from(k.as_str())));
     values.extend(args.iter().map(|a| Value::from(a.as_str())));
     let once = Options {
         max_attempts: Some(1),

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ratelimit_core::{Clock, Decision, MAX_EXACT, Quota, Store, StoreError};
+use ratelimit_core::model::Charge;
+use ratelimit_core::{Clock, Decision, MAX_EXACT, Micros, Quota, Store, StoreError};
+use ratelimit_redis::scripts::Script;
 use ratelimit_redis::{decode, keys, scripts};
 use tokio::time::Instant;
 
@@ -31,7 +33,9 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(200);
 /// [`ratelimit_redis::scripts`]) on the master of the caller's slot, atomic
 /// there. Every key of one caller carries the hash tag `{<tag>}` (the
 /// escaped caller, hashed when long: [`ratelimit_redis::keys`]), so all of a caller's keys live in one slot
-/// whatever bytes the caller holds. `MOVED`, `ASK`, `NOSCRIPT`, `TRYAGAIN`
+/// whatever bytes the caller holds; a decision over several quotas
+/// ([`Store::decide_all`]) is one run of [`scripts::MULTI`] on their keys
+/// there, all or nothing, whatever the number of quotas. `MOVED`, `ASK`, `NOSCRIPT`, `TRYAGAIN`
 /// and the other errors that prove the script did not run are handled
 /// inside the call; an error after which the script may have run is
 /// returned rather than retried, so no request is counted twice by the
@@ -129,7 +133,8 @@ impl ClusterStore {
         self.counters.snapshot()
     }
 
-    /// Loads the four scripts into the script cache of every master
+    /// Loads the scripts (the four single-quota ones and the multi-quota
+    /// one) into the script cache of every master
     /// (`SCRIPT LOAD`), so the first decisions need no `NOSCRIPT` round
     /// trip. Optional: a master without them (a replica promoted since, a
     /// restarted node) gets the source on its first `NOSCRIPT`.
@@ -137,8 +142,9 @@ impl ClusterStore {
         self.backend.load_scripts().await
     }
 
-    async fn run(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
-        let now = match &self.clock {
+    /// "Now" to send: the injected clock's reading, or `None` for `TIME`.
+    fn now(&self) -> Result<Option<Micros>, StoreError> {
+        Ok(match &self.clock {
             Some(clock) => {
                 let now = clock.now();
                 if now > MAX_EXACT {
@@ -152,10 +158,44 @@ impl ClusterStore {
                 Some(now)
             }
             None => None,
-        };
+        })
+    }
+
+    async fn run(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
+        let now = self.now()?;
         let script = scripts::for_quota(quota);
         let redis_key = keys::key(&self.prefix, key, quota);
         let args = scripts::args(quota, now, cost);
+        let reply = self
+            .call(script, std::slice::from_ref(&redis_key), &args)
+            .await?;
+        decode::decision(&reply, quota.limit())
+    }
+
+    async fn run_multi(
+        &self,
+        key: &[u8],
+        charges: &[Charge<'_>],
+    ) -> Result<Vec<Decision>, StoreError> {
+        let now = self.now()?;
+        let redis_keys: Vec<String> = charges
+            .iter()
+            .map(|c| keys::key(&self.prefix, key, c.quota))
+            .collect();
+        let args = scripts::args_multi(charges, now);
+        let reply = self.call(&scripts::MULTI, &redis_keys, &args).await?;
+        decode::decisions(&reply, charges)
+    }
+
+    /// Runs `script` on `redis_keys` (all in one slot) with `args` on the
+    /// slot's master: redirects, `NOSCRIPT` and the retries that cannot
+    /// count twice handled; returns the integer reply.
+    async fn call(
+        &self,
+        script: &Script,
+        redis_keys: &[String],
+        args: &[String],
+    ) -> Result<Vec<i64>, StoreError> {
         let deadline = Instant::now() + self.timeout;
         let c = &*self.counters;
         let mut route = Route::Key;
@@ -172,12 +212,12 @@ impl ClusterStore {
             attempt += 1;
             let failure = match self
                 .backend
-                .eval(script, &redis_key, &args, &route, source)
+                .eval(script, redis_keys, args, &route, source)
                 .await
             {
                 Ok(reply) => {
                     bump(&c.decisions);
-                    return decode::decision(&reply, quota.limit());
+                    return Ok(reply);
                 }
                 Err(failure) => failure,
             };
@@ -263,6 +303,34 @@ impl Store for ClusterStore {
             bump(&self.counters.errors);
         }
         result
+    }
+
+    /// One run of [`scripts::MULTI`] over every charge's key (one slot:
+    /// the caller's hash tag), with the redirects and retries of a single
+    /// decision: all or nothing, whatever the number of quotas.
+    async fn decide_all(
+        &self,
+        key: &[u8],
+        charges: &[Charge<'_>],
+    ) -> Result<Vec<Decision>, StoreError> {
+        for c in charges {
+            c.quota.check_cost(c.cost)?;
+        }
+        if charges.is_empty() {
+            return Ok(Vec::new());
+        }
+        let result = match tokio::time::timeout(self.timeout, self.run_multi(key, charges)).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(self.timeout)),
+        };
+        if result.is_err() {
+            bump(&self.counters.errors);
+        }
+        result
+    }
+
+    fn atomic_all(&self) -> bool {
+        true
     }
 
     fn clock(&self) -> Option<Arc<dyn Clock>> {

@@ -1,4 +1,4 @@
-//! The shared conformance suite (contracts 1-9) against a real 6-node Redis
+//! The shared conformance suite (contracts 1-9 and 11) against a real 6-node Redis
 //! Cluster, once per client library, both on one cluster.
 
 mod common;

@@ -1,5 +1,6 @@
 //! Decoding a script's reply into a [`Decision`].
 
+use ratelimit_core::model::Charge;
 use ratelimit_core::{Decision, StoreError};
 
 /// Builds the decision from a script reply
@@ -42,6 +43,37 @@ pub fn decision(reply: &[i64], limit: u64) -> Result<Decision, StoreError> {
     Ok(Decision::from_store(
         allowed, limit, remaining, reset, retry,
     ))
+}
+
+/// Builds the decisions from a [`crate::scripts::MULTI`] reply: 4
+/// integers per charge, in order, each group as [`decision`] takes it.
+///
+/// A reply of another length is a non-transient error.
+///
+/// ```
+/// use ratelimit_core::model::Charge;
+/// use ratelimit_core::{Quota, Rate};
+/// let q = Quota::fixed_window(Rate::per_second(10)).unwrap();
+/// let charges = [Charge::new(&q, 1), Charge::new(&q, 2)];
+/// let d = ratelimit_redis::decode::decisions(&[1, 9, 5, -1, 0, 8, 5, 5], &charges).unwrap();
+/// assert!(d[0].allowed && !d[1].allowed);
+/// ```
+pub fn decisions(reply: &[i64], charges: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
+    if reply.len() != 4 * charges.len() {
+        return Err(StoreError::message(
+            format!(
+                "unexpected rate-limit script reply: {} integers for {} quotas",
+                reply.len(),
+                charges.len()
+            ),
+            false,
+        ));
+    }
+    reply
+        .chunks_exact(4)
+        .zip(charges)
+        .map(|(r, c)| decision(r, c.quota.limit()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -54,28 +54,28 @@ fn script_options() -> Options {
     }
 }
 
-/// Sends `EVALSHA <sha1> 1 <key> <args...>` (or `EVAL <source> ...` when
-/// `source`) once at most: through fred's `custom` command, which (unlike
-/// its `LuaInterface`) honours the per-command options, routed by the key's
-/// slot on a cluster.
+/// Sends `EVALSHA <sha1> <numkeys> <keys...> <args...>` (or `EVAL <source>
+/// ...` when `source`) once at most: through fred's `custom` command, which
+/// (unlike its `LuaInterface`) honours the per-command options, routed by
+/// the first key's slot on a cluster (every key of one call shares it).
 pub(crate) async fn send_script(
     client: &Client,
     script: &Script,
-    key: &str,
+    keys: &[String],
     args: &[String],
     source: bool,
 ) -> Result<Vec<i64>, fred::error::Error> {
-    let slot = fred::util::redis_keyslot(key.as_bytes());
+    let slot = fred::util::redis_keyslot(keys.first().map_or(&b""[..], |k| k.as_bytes()));
     let (name, body) = if source {
         ("EVAL", script.lua())
     } else {
         ("EVALSHA", script.sha1())
     };
     let command = CustomCommand::new_static(name, ClusterHash::Custom(slot), false);
-    let mut values: Vec<Value> = Vec::with_capacity(3 + args.len());
+    let mut values: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
     values.push(body.into());
-    values.push(1_i64.into());
-    values.push(key.into());
+    values.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
+    values.extend(keys.iter().map(|k| Value::from(k.as_str())));
     values.extend(args.iter().map(|a| Value::from(a.as_str())));
     client
         .with_options(&script_options())
@@ -88,17 +88,17 @@ pub(crate) async fn send_script(
 pub(crate) async fn eval(
     client: &Client,
     script: &Script,
-    key: &str,
+    keys: &[String],
     args: &[String],
 ) -> Result<Vec<i64>, StoreError> {
-    match send_script(client, script, key, args, false).await {
+    match send_script(client, script, keys, args, false).await {
         Ok(reply) => Ok(reply),
         Err(e) if e.details().starts_with("NOSCRIPT") => {
             tracing::debug!(
                 script = script.name(),
                 "NOSCRIPT: sending the script source"
             );
-            send_script(client, script, key, args, true)
+            send_script(client, script, keys, args, true)
                 .await
                 .map_err(error::from_fred)
         }

@@ -1,4 +1,5 @@
-//! The Lua scripts, one per algorithm, and their arguments.
+//! The Lua scripts, one per algorithm, the multi-quota script, and their
+//! arguments.
 //!
 //! Each script does the whole read-modify-write of one decision inside Redis,
 //! so two app servers deciding for one caller at the same instant can never
@@ -22,6 +23,28 @@
 //! Reply: `{allowed (0/1), remaining, reset_after_us, retry_after_us or -1}`,
 //! decoded by [`crate::decode::decision`].
 //!
+//! # Several quotas in one call
+//!
+//! [`MULTI`] (`multi.lua`) decides one call against N quotas of any mix of
+//! algorithms, all or nothing, as `ratelimit_core::model::decide_all` does,
+//! in one `EVALSHA` whatever N. It holds the four algorithms' arithmetic as
+//! Lua functions (the same code as their single scripts, which stay the
+//! single-quota path) and runs in two phases: it decides every quota from
+//! its stored state without writing; then, only if every enforced (not
+//! shadow) quota admits the call, it writes the state of each quota that
+//! admits it, exactly as the single script would. A denied call writes
+//! nothing; a quota that admits a denied call reports its `remaining`
+//! without the call (`remaining + cost`, at most the limit).
+//!
+//! | | meaning |
+//! |---|---|
+//! | `KEYS[i]` | quota i's key, from [`crate::keys::key`] (one caller: one hash tag, one slot) |
+//! | `ARGV[1]`, `ARGV[2]` | now and the minimum expiry, as above |
+//! | then per quota | the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[3..]` |
+//!
+//! Reply: 4 integers per quota, in order, each group as a single script's
+//! reply; built by [`args_multi`] and decoded by [`crate::decode::decisions`].
+//!
 //! Stored state (one key per caller, policy and algorithm; the layouts and
 //! their versioned key codes are in [`crate::keys::layout_code`]):
 //!
@@ -44,6 +67,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use ratelimit_core::model::Charge;
 use ratelimit_core::{Algorithm, Micros, Quota};
 
 /// How long keys are kept, at least, when the store uses an injected clock.
@@ -55,7 +79,7 @@ use ratelimit_core::{Algorithm, Micros, Quota};
 /// fresh one), so with an injected clock the expiry is at least this long.
 pub const INJECTED_CLOCK_MIN_EXPIRY: Duration = Duration::from_secs(600);
 
-/// One of the four Lua scripts.
+/// One of the Lua scripts: the four single-quota ones and [`MULTI`].
 #[derive(Debug)]
 pub struct Script {
     name: &'static str,
@@ -72,7 +96,8 @@ impl Script {
         }
     }
 
-    /// A short name: `fixed_window`, `sliding_window`, `sliding_log`, `token_bucket`.
+    /// A short name: `fixed_window`, `sliding_window`, `sliding_log`,
+    /// `token_bucket`, `multi`.
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -107,6 +132,11 @@ pub static SLIDING_LOG: LazyLock<Script> =
 pub static TOKEN_BUCKET: LazyLock<Script> =
     LazyLock::new(|| Script::new("token_bucket", include_str!("scripts/token_bucket.lua")));
 
+/// The multi-quota script: several quotas, all or nothing, in one call
+/// (see the module docs).
+pub static MULTI: LazyLock<Script> =
+    LazyLock::new(|| Script::new("multi", include_str!("scripts/multi.lua")));
+
 /// The script for `quota`'s algorithm.
 pub fn for_quota(quota: &Quota) -> &'static Script {
     match quota.algorithm() {
@@ -117,17 +147,18 @@ pub fn for_quota(quota: &Quota) -> &'static Script {
     }
 }
 
-/// All four scripts.
-pub fn all() -> [&'static Script; 4] {
-    [&FIXED_WINDOW, &SLIDING_WINDOW, &SLIDING_LOG, &TOKEN_BUCKET]
+/// Every script: the four single-quota ones and [`MULTI`].
+pub fn all() -> [&'static Script; 5] {
+    [
+        &FIXED_WINDOW,
+        &SLIDING_WINDOW,
+        &SLIDING_LOG,
+        &TOKEN_BUCKET,
+        &MULTI,
+    ]
 }
 
-/// The `ARGV` of one call (see the module docs).
-///
-/// `now`: `Some` with an injected clock, `None` to use the server's `TIME`.
-/// The cost must already have passed [`Quota::check_cost`].
-pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
-    let mut args = Vec::with_capacity(6);
+fn push_now(args: &mut Vec<String>, now: Option<Micros>) {
     match now {
         Some(now) => {
             args.push(now.to_string());
@@ -138,6 +169,9 @@ pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
             args.push("0".to_owned());
         }
     }
+}
+
+fn push_quota(args: &mut Vec<String>, quota: &Quota, cost: u64) {
     match quota.algorithm() {
         Algorithm::FixedWindow(w) | Algorithm::SlidingWindow(w) | Algorithm::SlidingLog(w) => {
             args.push(cost.to_string());
@@ -152,5 +186,37 @@ pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
             args.push(b.unit().to_string());
         }
     }
+}
+
+/// The `ARGV` of one [`MULTI`] call over `charges` (see the module docs);
+/// the `KEYS` are each charge's key, in the same order.
+///
+/// `now`: `Some` with an injected clock, `None` to use the server's `TIME`.
+/// Every cost must already have passed [`Quota::check_cost`].
+pub fn args_multi(charges: &[Charge<'_>], now: Option<Micros>) -> Vec<String> {
+    let mut args = Vec::with_capacity(2 + 6 * charges.len());
+    push_now(&mut args, now);
+    for c in charges {
+        let kind = match c.quota.algorithm() {
+            Algorithm::FixedWindow(_) => "1",
+            Algorithm::SlidingWindow(_) => "2",
+            Algorithm::SlidingLog(_) => "3",
+            Algorithm::TokenBucket(_) => "4",
+        };
+        args.push(kind.to_owned());
+        args.push(if c.shadow { "1" } else { "0" }.to_owned());
+        push_quota(&mut args, c.quota, c.cost);
+    }
+    args
+}
+
+/// The `ARGV` of one call (see the module docs).
+///
+/// `now`: `Some` with an injected clock, `None` to use the server's `TIME`.
+/// The cost must already have passed [`Quota::check_cost`].
+pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
+    let mut args = Vec::with_capacity(6);
+    push_now(&mut args, now);
+    push_quota(&mut args, quota, cost);
     args
 }

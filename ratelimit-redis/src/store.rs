@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ratelimit_core::{Clock, Decision, MAX_EXACT, Quota, Store, StoreError};
+use ratelimit_core::model::Charge;
+use ratelimit_core::{Clock, Decision, MAX_EXACT, Micros, Quota, Store, StoreError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::error;
@@ -33,18 +34,20 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// Runs `script` on `key` with `args`, `EVALSHA` first and the source
+    /// Runs `script` on `keys` with `args`, `EVALSHA` first and the source
     /// again on `NOSCRIPT`; returns the integer reply.
     async fn eval(
         &self,
         script: &Script,
-        key: &str,
+        keys: &[String],
         args: &[String],
     ) -> Result<Vec<i64>, StoreError> {
         match self {
             Self::Redis(cm) => {
                 let mut call = script.redis().prepare_invoke();
-                call.key(key);
+                for k in keys {
+                    call.key(k);
+                }
                 for a in args {
                     call.arg(a);
                 }
@@ -53,7 +56,7 @@ impl Backend {
                 call.invoke_async(&mut cm).await.map_err(error::from_redis)
             }
             #[cfg(feature = "fred")]
-            Self::Fred(client) => crate::fred::eval(client, script, key, args).await,
+            Self::Fred(client) => crate::fred::eval(client, script, keys, args).await,
         }
     }
 
@@ -80,7 +83,10 @@ impl Backend {
 /// (see [`crate::scripts`]), atomic on the server, equal to
 /// `ratelimit_core::model::decide` at the server's `TIME` (or at the
 /// injected clock's time), with the caller's key laid out and escaped as
-/// [`crate::keys`] describes. A cost that can never pass is refused before
+/// [`crate::keys`] describes. A decision over several quotas
+/// ([`Store::decide_all`]) is one `EVALSHA` of [`scripts::MULTI`] whatever
+/// the number of quotas, all or nothing, equal to
+/// `ratelimit_core::model::decide_all`. A cost that can never pass is refused before
 /// any network call. Every call is bounded by [`RedisStore::timeout`];
 /// errors say whether they are transient.
 #[derive(Clone)]
@@ -182,8 +188,9 @@ impl RedisStore {
         keys::key(&self.prefix, caller, quota)
     }
 
-    async fn run(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
-        let now = match &self.clock {
+    /// "Now" to send: the injected clock's reading, or `None` for `TIME`.
+    fn now(&self) -> Result<Option<Micros>, StoreError> {
+        Ok(match &self.clock {
             Some(clock) => {
                 let now = clock.now();
                 if now > MAX_EXACT {
@@ -197,12 +204,37 @@ impl RedisStore {
                 Some(now)
             }
             None => None,
-        };
+        })
+    }
+
+    async fn run(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
+        let now = self.now()?;
         let script = scripts::for_quota(quota);
         let redis_key = keys::key(&self.prefix, key, quota);
         let args = scripts::args(quota, now, cost);
-        let reply = self.backend.eval(script, &redis_key, &args).await?;
+        let reply = self
+            .backend
+            .eval(script, std::slice::from_ref(&redis_key), &args)
+            .await?;
         crate::decode::decision(&reply, quota.limit())
+    }
+
+    async fn run_multi(
+        &self,
+        key: &[u8],
+        charges: &[Charge<'_>],
+    ) -> Result<Vec<Decision>, StoreError> {
+        let now = self.now()?;
+        let redis_keys: Vec<String> = charges
+            .iter()
+            .map(|c| keys::key(&self.prefix, key, c.quota))
+            .collect();
+        let args = scripts::args_multi(charges, now);
+        let reply = self
+            .backend
+            .eval(&scripts::MULTI, &redis_keys, &args)
+            .await?;
+        crate::decode::decisions(&reply, charges)
     }
 }
 
@@ -214,6 +246,29 @@ impl Store for RedisStore {
             Ok(result) => result,
             Err(_) => Err(error::timed_out(self.timeout)),
         }
+    }
+
+    /// One `EVALSHA` of [`scripts::MULTI`] over every charge's key: all or
+    /// nothing, atomic on the server, whatever the number of quotas.
+    async fn decide_all(
+        &self,
+        key: &[u8],
+        charges: &[Charge<'_>],
+    ) -> Result<Vec<Decision>, StoreError> {
+        for c in charges {
+            c.quota.check_cost(c.cost)?;
+        }
+        if charges.is_empty() {
+            return Ok(Vec::new());
+        }
+        match tokio::time::timeout(self.timeout, self.run_multi(key, charges)).await {
+            Ok(result) => result,
+            Err(_) => Err(error::timed_out(self.timeout)),
+        }
+    }
+
+    fn atomic_all(&self) -> bool {
+        true
     }
 
     /// The injected clock, if the store has one (`None`: Redis `TIME`).

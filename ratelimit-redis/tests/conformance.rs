@@ -1,4 +1,4 @@
-//! The shared conformance suite (contracts 1-9) against a real Redis server,
+//! The shared conformance suite (contracts 1-9 and 11) against a real Redis server,
 //! once per client library: model agreement with the injected clock, the
 //! invariants and the concurrency bound with the server's clock too.
 

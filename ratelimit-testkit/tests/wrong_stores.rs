@@ -594,10 +594,8 @@ async fn charging_earlier_quotas_on_a_later_denial_is_rejected() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_flawless_wrong_store_passes_everything() {
     // The same machinery with no flaw: every rejection above is the flaw's.
+    // run_all includes contract 11 (several quotas, all or nothing).
     conformance::run_all(&Factory(Flaw::None), &config())
-        .await
-        .unwrap_or_else(|v| panic!("{v}"));
-    conformance::quotas_atomic(&Factory(Flaw::None), &config())
         .await
         .unwrap_or_else(|v| panic!("{v}"));
 }

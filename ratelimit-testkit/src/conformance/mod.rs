@@ -1,4 +1,4 @@
-//! The conformance suite: contracts 1-9 of the design, checked for any store.
+//! The conformance suite: contracts 1-9 and 11 of the design, checked for any store.
 //!
 //! Every function takes a [`StoreFactory`] and a [`SuiteConfig`], runs
 //! proptest-generated sequences of `(time, key, policy, cost)` calls against
@@ -247,8 +247,8 @@ impl fmt::Display for Violation {
 
 impl std::error::Error for Violation {}
 
-/// Runs every contract, 1 to 9, and returns the first violation
-/// (contract 11, [`quotas_atomic`], is run on its own).
+/// Runs every contract, 1 to 9 and 11 ([`quotas_atomic`], several quotas
+/// all or nothing), and returns the first violation.
 ///
 /// Contracts 1-8, shared state and the exact concurrency check run on an
 /// injected clock; when `config.server_clock` is set, a second concurrency
@@ -267,5 +267,6 @@ pub async fn run_all(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result
     if config.server_clock {
         concurrency_server_clock(factory, config).await?;
     }
+    quotas_atomic(factory, config).await?;
     Ok(())
 }
