@@ -44,3 +44,5 @@ redis-server --port 6399 --bind 127.0.0.1 --save "" --appendonly no --daemonize 
 cargo run -q --release -p ratelimit-examples --bin retry_storm -- --redis redis://127.0.0.1:6399/ | tee "$OUT/retry_storm.md"
 cargo run -q --release -p ratelimit-examples --bin workers -- --redis redis://127.0.0.1:6399/ | tee "$OUT/workers.md"
 redis-cli -p 6399 shutdown nosave || true
+# Several quotas per call on the local store (1, 2, 3 quotas).
+cargo bench -p ratelimit-benches --bench multi_quota | tee "$OUT/multi_quota.txt"
