@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ratelimit_core::model::Charge;
-use ratelimit_core::{Clock, Decision, MAX_EXACT, Micros, Quota, Store, StoreError};
+use ratelimit_core::{Clock, Decision, Micros, Quota, Store, StoreError};
 use ratelimit_redis::scripts::Script;
 use ratelimit_redis::{decode, keys, scripts};
 use tokio::time::Instant;
@@ -144,31 +144,12 @@ impl ClusterStore {
 
     /// "Now" to send: the injected clock's reading, or `None` for `TIME`.
     fn now(&self) -> Result<Option<Micros>, StoreError> {
-        Ok(match &self.clock {
-            Some(clock) => {
-                let now = clock.now();
-                if now > MAX_EXACT {
-                    return Err(StoreError::message(
-                        format!(
-                            "injected clock reads {now} µs, beyond 2^53 - 1: Lua cannot hold it exactly"
-                        ),
-                        false,
-                    ));
-                }
-                Some(now)
-            }
-            None => None,
-        })
+        scripts::injected_now(self.clock.as_ref())
     }
 
     async fn run(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
-        let now = self.now()?;
-        let script = scripts::for_quota(quota);
-        let redis_key = keys::key(&self.prefix, key, quota);
-        let args = scripts::args(quota, now, cost);
-        let reply = self
-            .call(script, std::slice::from_ref(&redis_key), &args)
-            .await?;
+        let call = scripts::Call::one(&self.prefix, key, quota, cost, self.now()?);
+        let reply = self.call(call.script, &call.keys, &call.args).await?;
         decode::decision(&reply, quota.limit())
     }
 
@@ -177,13 +158,8 @@ impl ClusterStore {
         key: &[u8],
         charges: &[Charge<'_>],
     ) -> Result<Vec<Decision>, StoreError> {
-        let now = self.now()?;
-        let redis_keys: Vec<String> = charges
-            .iter()
-            .map(|c| keys::key(&self.prefix, key, c.quota))
-            .collect();
-        let args = scripts::args_multi(charges, now);
-        let reply = self.call(&scripts::MULTI, &redis_keys, &args).await?;
+        let call = scripts::Call::all(&self.prefix, key, charges, self.now()?);
+        let reply = self.call(call.script, &call.keys, &call.args).await?;
         decode::decisions(&reply, charges)
     }
 

@@ -220,3 +220,56 @@ pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
     push_quota(&mut args, quota, cost);
     args
 }
+
+/// One script call, ready to send: the script, its keys and its arguments.
+/// Built the same way by the single-node store and the cluster store, which
+/// differ only in how they send it.
+#[derive(Debug)]
+pub struct Call {
+    /// The script to run.
+    pub script: &'static Script,
+    /// `KEYS`: every key of one caller, so all in one hash slot.
+    pub keys: Vec<String>,
+    /// `ARGV`.
+    pub args: Vec<String>,
+}
+
+impl Call {
+    /// One decision under `quota` for `caller` (see [`args`]).
+    pub fn one(prefix: &str, caller: &[u8], quota: &Quota, cost: u64, now: Option<Micros>) -> Self {
+        Self {
+            script: for_quota(quota),
+            keys: vec![crate::keys::key(prefix, caller, quota)],
+            args: args(quota, now, cost),
+        }
+    }
+
+    /// One all-or-nothing decision over `charges` for `caller` (see
+    /// [`args_multi`]).
+    pub fn all(prefix: &str, caller: &[u8], charges: &[Charge<'_>], now: Option<Micros>) -> Self {
+        Self {
+            script: &MULTI,
+            keys: charges
+                .iter()
+                .map(|c| crate::keys::key(prefix, caller, c.quota))
+                .collect(),
+            args: args_multi(charges, now),
+        }
+    }
+}
+
+/// "Now" for a store with an injected clock (`None`: the server's `TIME`),
+/// refused beyond 2^53 - 1, which Lua's doubles cannot hold exactly.
+pub fn injected_now(
+    clock: Option<&std::sync::Arc<dyn ratelimit_core::Clock>>,
+) -> Result<Option<Micros>, ratelimit_core::StoreError> {
+    let Some(clock) = clock else { return Ok(None) };
+    let now = clock.now();
+    if now > ratelimit_core::MAX_EXACT {
+        return Err(ratelimit_core::StoreError::message(
+            format!("injected clock reads {now} µs, beyond 2^53 - 1: Lua cannot hold it exactly"),
+            false,
+        ));
+    }
+    Ok(Some(now))
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ratelimit_core::model::Charge;
-use ratelimit_core::{Clock, Decision, MAX_EXACT, Micros, Quota, Store, StoreError};
+use ratelimit_core::{Clock, Decision, Micros, Quota, Store, StoreError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::error;
@@ -190,31 +190,14 @@ impl RedisStore {
 
     /// "Now" to send: the injected clock's reading, or `None` for `TIME`.
     fn now(&self) -> Result<Option<Micros>, StoreError> {
-        Ok(match &self.clock {
-            Some(clock) => {
-                let now = clock.now();
-                if now > MAX_EXACT {
-                    return Err(StoreError::message(
-                        format!(
-                            "injected clock reads {now} µs, beyond 2^53 - 1: Lua cannot hold it exactly"
-                        ),
-                        false,
-                    ));
-                }
-                Some(now)
-            }
-            None => None,
-        })
+        scripts::injected_now(self.clock.as_ref())
     }
 
     async fn run(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
-        let now = self.now()?;
-        let script = scripts::for_quota(quota);
-        let redis_key = keys::key(&self.prefix, key, quota);
-        let args = scripts::args(quota, now, cost);
+        let call = scripts::Call::one(&self.prefix, key, quota, cost, self.now()?);
         let reply = self
             .backend
-            .eval(script, std::slice::from_ref(&redis_key), &args)
+            .eval(call.script, &call.keys, &call.args)
             .await?;
         crate::decode::decision(&reply, quota.limit())
     }
@@ -224,15 +207,10 @@ impl RedisStore {
         key: &[u8],
         charges: &[Charge<'_>],
     ) -> Result<Vec<Decision>, StoreError> {
-        let now = self.now()?;
-        let redis_keys: Vec<String> = charges
-            .iter()
-            .map(|c| keys::key(&self.prefix, key, c.quota))
-            .collect();
-        let args = scripts::args_multi(charges, now);
+        let call = scripts::Call::all(&self.prefix, key, charges, self.now()?);
         let reply = self
             .backend
-            .eval(&scripts::MULTI, &redis_keys, &args)
+            .eval(call.script, &call.keys, &call.args)
             .await?;
         crate::decode::decisions(&reply, charges)
     }
