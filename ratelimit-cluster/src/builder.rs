@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratelimit_core::{Clock, StoreError};
+use ratelimit_redis::engine::{DEFAULT_MAX_IN_FLIGHT, Engine};
 use ratelimit_redis::{error, keys};
 use redis::cluster::ClusterClientBuilder;
 
@@ -38,6 +39,7 @@ pub struct ClusterStoreBuilder {
     response_timeout: Duration,
     connection_timeout: Duration,
     timeout: Option<Duration>,
+    max_in_flight: usize,
     load_scripts: bool,
 }
 
@@ -51,6 +53,7 @@ impl fmt::Debug for ClusterStoreBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("connection_timeout", &self.connection_timeout)
             .field("timeout", &self.timeout)
+            .field("max_in_flight", &self.max_in_flight)
             .field("load_scripts", &self.load_scripts)
             .finish_non_exhaustive()
     }
@@ -82,6 +85,7 @@ impl ClusterStore {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             timeout: None,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             load_scripts: true,
         }
     }
@@ -124,6 +128,14 @@ impl ClusterStoreBuilder {
         self
     }
 
+    /// The bound on script calls in flight at once (default
+    /// [`DEFAULT_MAX_IN_FLIGHT`]); beyond it a call fails at once with a
+    /// transient error instead of queueing behind a stalled node.
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = max;
+        self
+    }
+
     /// Whether [`ClusterStoreBuilder::build`] loads the scripts on every
     /// master (default true; see [`ClusterStore::load_scripts`]).
     pub fn load_scripts(mut self, load: bool) -> Self {
@@ -161,13 +173,11 @@ impl ClusterStoreBuilder {
         let timeout = self.timeout.unwrap_or_else(|| {
             (self.connection_timeout + 4 * self.response_timeout).max(crate::DEFAULT_CALL_TIMEOUT)
         });
-        let store = ClusterStore {
-            backend: Backend::Redis(connection),
-            prefix: Arc::from(self.prefix),
-            clock: self.clock,
-            timeout,
-            counters: Arc::default(),
-        };
+        let mut engine = Engine::new(timeout, keys::SLOTS);
+        engine.set_prefix(&self.prefix)?;
+        engine.set_clock(self.clock);
+        engine.set_max_in_flight(self.max_in_flight);
+        let store = ClusterStore::with_engine(Backend::Redis(connection), engine);
         if self.load_scripts {
             store.load_scripts().await?;
         }

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ratelimit_core::model::Charge;
-use ratelimit_core::{Clock, Decision, Micros, Quota, Store, StoreError};
-use ratelimit_redis::scripts::Script;
-use ratelimit_redis::{decode, keys, scripts};
-use tokio::time::Instant;
+use ratelimit_core::{Clock, Decision, Quota, Store, StoreError};
+use ratelimit_redis::engine::{Engine, Transport};
+use ratelimit_redis::keys;
+use ratelimit_redis::scripts::Call;
+use std::time::Instant;
 
 use crate::connection::Backend;
 use crate::retry::{self, Addr, MAX_ATTEMPTS, MAX_RETRIES, Next, Route};
@@ -40,139 +41,139 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(200);
 /// inside the call; an error after which the script may have run is
 /// returned rather than retried, so no request is counted twice by the
 /// store (see [`crate::retry`]). Every call is bounded by
-/// [`ClusterStore::timeout`].
+/// [`ClusterStore::timeout`] and by the caller's deadline
+/// ([`Store::decide_before`]).
+///
+/// The calls themselves (keys, arguments, deadlines in server time, the
+/// bound on calls in flight, decoding) are the single-node store's
+/// [`ratelimit_redis::engine::Engine`]; this crate only routes them. Each
+/// call carries its deadline in the clock of the node serving its slot (one
+/// offset per slot, learnt from the replies: [`ratelimit_redis::deadline`]),
+/// so a call the limiter has already answered by its failure policy is
+/// never counted later, whichever node runs it.
 #[derive(Clone)]
 pub struct ClusterStore {
+    pub(crate) router: Router,
+    pub(crate) engine: Engine,
+}
+
+/// Sends one call to the master of its slot, following redirections.
+#[derive(Clone)]
+pub(crate) struct Router {
     pub(crate) backend: Backend,
-    pub(crate) prefix: Arc<str>,
-    pub(crate) clock: Option<Arc<dyn Clock>>,
-    pub(crate) timeout: Duration,
     pub(crate) counters: Arc<Counters>,
 }
 
 impl fmt::Debug for ClusterStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClusterStore")
-            .field("client", &self.backend.name())
-            .field("prefix", &self.prefix)
-            .field("clock", &self.clock)
-            .field("timeout", &self.timeout)
+            .field("client", &self.router.backend.name())
+            .field("prefix", &self.engine.prefix())
+            .field("clock", &self.engine.clock())
+            .field("timeout", &self.engine.timeout())
+            .field("max_in_flight", &self.engine.max_in_flight())
             .finish()
     }
 }
 
 impl ClusterStore {
     pub(crate) fn from_backend(backend: Backend) -> Self {
+        Self::with_engine(backend, Engine::new(DEFAULT_CALL_TIMEOUT, keys::SLOTS))
+    }
+
+    pub(crate) fn with_engine(backend: Backend, engine: Engine) -> Self {
         Self {
-            backend,
-            prefix: Arc::from(keys::DEFAULT_PREFIX),
-            clock: None,
-            timeout: DEFAULT_CALL_TIMEOUT,
-            counters: Arc::default(),
+            router: Router {
+                backend,
+                counters: Arc::default(),
+            },
+            engine,
         }
     }
 
-    /// A store over a redis-rs cluster connection you already hold, with
-    /// prefix `rl`, the server's clock and a per-call bound of
-    /// [`DEFAULT_CALL_TIMEOUT`].
-    ///
-    /// The connection's own settings apply: build its client with
-    /// `ClusterClientBuilder::retries(0)` (the store does the retries that
-    /// cannot count twice; redis-rs' would re-send a script after a timeout)
-    /// and explicit response and connection timeouts (redis-rs' default is
-    /// to wait forever).
+    /// A store over a redis-rs cluster connection you already hold (build
+    /// its client with `retries(0)`: see [`crate::retry`]), with prefix `rl`,
+    /// the server's clock and a per-call bound of [`DEFAULT_CALL_TIMEOUT`].
     pub fn from_cluster_connection(connection: redis::cluster_async::ClusterConnection) -> Self {
         Self::from_backend(Backend::Redis(connection))
     }
 
     /// Uses another key prefix (see [`keys::check_prefix`]).
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self, StoreError> {
-        keys::check_prefix(prefix).map_err(|m| StoreError::message(m, false))?;
-        self.prefix = Arc::from(prefix);
+        self.engine.set_prefix(prefix)?;
         Ok(self)
     }
 
-    /// Takes "now" from `clock` instead of the server's `TIME`: for tests and
-    /// replays only (the clock must be shared by every instance).
+    /// Takes "now" from `clock` instead of the servers' `TIME`: for tests
+    /// and replays only.
     pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.clock = Some(Arc::new(clock));
+        self.engine.set_clock(Some(Arc::new(clock)));
         self
     }
 
-    /// Bounds every decision, redirects and retries included, by `timeout`
-    /// (returning [`StoreError::Timeout`] after it).
+    /// Bounds every decision, redirects and retries included, by `timeout`.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.engine.set_timeout(timeout);
+        self
+    }
+
+    /// Bounds the script calls in flight at once (default
+    /// [`ratelimit_redis::engine::DEFAULT_MAX_IN_FLIGHT`], shared by clones);
+    /// beyond it a call fails at once with a transient error.
+    pub fn with_max_in_flight(mut self, max: usize) -> Self {
+        self.engine.set_max_in_flight(max);
         self
     }
 
     /// The key prefix.
     pub fn prefix(&self) -> &str {
-        &self.prefix
+        self.engine.prefix()
     }
 
     /// The bound on one decision.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.engine.timeout()
     }
 
-    /// Whether the store uses an injected clock rather than the server's.
+    /// The bound on script calls in flight.
+    pub fn max_in_flight(&self) -> usize {
+        self.engine.max_in_flight()
+    }
+
+    /// Whether the store uses an injected clock rather than the servers'.
     pub fn has_injected_clock(&self) -> bool {
-        self.clock.is_some()
+        self.engine.clock().is_some()
     }
 
-    /// The Redis key that holds `caller`'s state under `quota`:
-    /// `<prefix>:{<tag>}:<policy>:<algorithm>` (see [`keys::key`]).
+    /// The Redis key that holds `caller`'s state under `quota`.
     pub fn key(&self, caller: &[u8], quota: &Quota) -> String {
-        keys::key(&self.prefix, caller, quota)
+        keys::key(self.engine.prefix(), caller, quota)
     }
 
-    /// What the store (and its clones) did so far: redirects, reloads,
-    /// retries, errors.
+    /// The script-calling core (server-clock offsets per slot, calls in
+    /// flight).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// What the store has done so far: decisions, redirects, retries.
     pub fn stats(&self) -> ClusterStats {
-        self.counters.snapshot()
+        self.router.counters.snapshot()
     }
 
-    /// Loads the scripts (the four single-quota ones and the multi-quota
-    /// one) into the script cache of every master
-    /// (`SCRIPT LOAD`), so the first decisions need no `NOSCRIPT` round
-    /// trip. Optional: a master without them (a replica promoted since, a
-    /// restarted node) gets the source on its first `NOSCRIPT`.
+    /// Loads every script on every master (`SCRIPT LOAD`), so the first
+    /// decisions need no `NOSCRIPT` round. The builder does it by default;
+    /// a store built from a client calls it when it likes (a `NOSCRIPT` is
+    /// handled either way).
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
-        self.backend.load_scripts().await
+        self.router.backend.load_scripts().await
     }
+}
 
-    /// "Now" to send: the injected clock's reading, or `None` for `TIME`.
-    fn now(&self) -> Result<Option<Micros>, StoreError> {
-        scripts::injected_now(self.clock.as_ref())
-    }
-
-    async fn run(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
-        let call = scripts::Call::one(&self.prefix, key, quota, cost, self.now()?);
-        let reply = self.call(call.script, &call.keys, &call.args).await?;
-        decode::decision(&reply, quota.limit())
-    }
-
-    async fn run_multi(
-        &self,
-        key: &[u8],
-        charges: &[Charge<'_>],
-    ) -> Result<Vec<Decision>, StoreError> {
-        let call = scripts::Call::all(&self.prefix, key, charges, self.now()?);
-        let reply = self.call(call.script, &call.keys, &call.args).await?;
-        decode::decisions(&reply, charges)
-    }
-
-    /// Runs `script` on `redis_keys` (all in one slot) with `args` on the
-    /// slot's master: redirects, `NOSCRIPT` and the retries that cannot
-    /// count twice handled; returns the integer reply.
-    async fn call(
-        &self,
-        script: &Script,
-        redis_keys: &[String],
-        args: &[String],
-    ) -> Result<Vec<i64>, StoreError> {
-        let deadline = Instant::now() + self.timeout;
+#[async_trait]
+impl Transport for Router {
+    async fn eval(&self, call: &Call, deadline: Instant) -> Result<Vec<i64>, StoreError> {
+        let (script, redis_keys, args) = (call.script, &call.keys[..], &call.args[..]);
         let c = &*self.counters;
         let mut route = Route::Key;
         let mut source = false;
@@ -253,8 +254,7 @@ impl ClusterStore {
                 tracing::debug!(attempt, retries, error = %failure.error, "cluster store gives up");
                 return Err(StoreError::backend(
                     format!(
-                        "redis cluster: no decision after {attempt} attempts ({retries} retries) within {:?}",
-                        self.timeout
+                        "redis cluster: no decision after {attempt} attempts ({retries} retries) before the deadline"
                     ),
                     true,
                     failure.error,
@@ -270,39 +270,52 @@ impl ClusterStore {
 #[async_trait]
 impl Store for ClusterStore {
     async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
-        quota.check_cost(cost)?;
-        let result = match tokio::time::timeout(self.timeout, self.run(key, quota, cost)).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(self.timeout)),
-        };
-        if result.is_err() {
-            bump(&self.counters.errors);
-        }
-        result
+        self.counted(
+            self.engine
+                .decide(&self.router, key, quota, cost, None)
+                .await,
+        )
     }
 
-    /// One run of [`scripts::MULTI`] over every charge's key (one slot:
-    /// the caller's hash tag), with the redirects and retries of a single
-    /// decision: all or nothing, whatever the number of quotas.
+    async fn decide_before(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        deadline: Instant,
+    ) -> Result<Decision, StoreError> {
+        self.counted(
+            self.engine
+                .decide(&self.router, key, quota, cost, Some(deadline))
+                .await,
+        )
+    }
+
+    /// One run of [`ratelimit_redis::scripts::MULTI`] on the caller's slot:
+    /// all or nothing, whatever the number of quotas.
     async fn decide_all(
         &self,
         key: &[u8],
         charges: &[Charge<'_>],
     ) -> Result<Vec<Decision>, StoreError> {
-        for c in charges {
-            c.quota.check_cost(c.cost)?;
-        }
-        if charges.is_empty() {
-            return Ok(Vec::new());
-        }
-        let result = match tokio::time::timeout(self.timeout, self.run_multi(key, charges)).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(self.timeout)),
-        };
-        if result.is_err() {
-            bump(&self.counters.errors);
-        }
-        result
+        self.counted(
+            self.engine
+                .decide_all(&self.router, key, charges, None)
+                .await,
+        )
+    }
+
+    async fn decide_all_before(
+        &self,
+        key: &[u8],
+        charges: &[Charge<'_>],
+        deadline: Instant,
+    ) -> Result<Vec<Decision>, StoreError> {
+        self.counted(
+            self.engine
+                .decide_all(&self.router, key, charges, Some(deadline))
+                .await,
+        )
     }
 
     fn atomic_all(&self) -> bool {
@@ -310,6 +323,15 @@ impl Store for ClusterStore {
     }
 
     fn clock(&self) -> Option<Arc<dyn Clock>> {
-        self.clock.clone()
+        self.engine.clock().cloned()
+    }
+}
+
+impl ClusterStore {
+    fn counted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if result.is_err() {
+            bump(&self.router.counters.errors);
+        }
+        result
     }
 }

@@ -1,6 +1,7 @@
 //! The store trait: one call per decision.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use async_trait::async_trait;
 
@@ -35,6 +36,17 @@ use crate::quota::Quota;
 /// first denial, so quotas before it have counted the call, and it returns
 /// decisions for the charges up to that denial only; it reports
 /// [`Store::atomic_all`] `false`. The shipped stores override both.
+///
+/// `decide_before` and `decide_all_before` are the same decisions for a
+/// caller that stops waiting at `deadline` (the [`crate::Limiter`] passes
+/// the end of its timeout). A store that cannot take back a request once
+/// sent (a network store: the request may be carried out after the caller
+/// has given up and answered by its failure policy) should see to it that
+/// such a request counts nothing: the shipped Redis stores send the
+/// deadline in server time and their scripts return "expired" without
+/// writing once it has passed. The provided implementations ignore the
+/// deadline and call `decide` / `decide_all`, which is right for an
+/// in-process store (it answers in one step, or not at all).
 ///
 /// `ratelimit-testkit` checks all of this for any store.
 #[async_trait]
@@ -71,6 +83,32 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Ok(out)
     }
 
+    /// [`Store::decide`] for a caller that stops waiting at `deadline`: a
+    /// request carried out after it should count nothing (see the trait's
+    /// contract). Provided: ignores the deadline.
+    async fn decide_before(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        deadline: Instant,
+    ) -> Result<Decision> {
+        let _ = deadline;
+        self.decide(key, quota, cost).await
+    }
+
+    /// [`Store::decide_all`] for a caller that stops waiting at `deadline`
+    /// (see [`Store::decide_before`]). Provided: ignores the deadline.
+    async fn decide_all_before(
+        &self,
+        key: &[u8],
+        charges: &[Charge<'_>],
+        deadline: Instant,
+    ) -> Result<Vec<Decision>> {
+        let _ = deadline;
+        self.decide_all(key, charges).await
+    }
+
     /// Whether [`Store::decide_all`] is atomic (all or nothing, one step).
     /// `false` for the provided implementation.
     fn atomic_all(&self) -> bool {
@@ -99,6 +137,23 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
         (**self).decide_all(key, charges).await
     }
+    async fn decide_before(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        deadline: Instant,
+    ) -> Result<Decision> {
+        (**self).decide_before(key, quota, cost, deadline).await
+    }
+    async fn decide_all_before(
+        &self,
+        key: &[u8],
+        charges: &[Charge<'_>],
+        deadline: Instant,
+    ) -> Result<Vec<Decision>> {
+        (**self).decide_all_before(key, charges, deadline).await
+    }
     fn atomic_all(&self) -> bool {
         (**self).atomic_all()
     }
@@ -117,6 +172,23 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
         (**self).decide_all(key, charges).await
+    }
+    async fn decide_before(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        deadline: Instant,
+    ) -> Result<Decision> {
+        (**self).decide_before(key, quota, cost, deadline).await
+    }
+    async fn decide_all_before(
+        &self,
+        key: &[u8],
+        charges: &[Charge<'_>],
+        deadline: Instant,
+    ) -> Result<Vec<Decision>> {
+        (**self).decide_all_before(key, charges, deadline).await
     }
     fn atomic_all(&self) -> bool {
         (**self).atomic_all()

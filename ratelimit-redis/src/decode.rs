@@ -76,6 +76,52 @@ pub fn decisions(reply: &[i64], charges: &[Charge<'_>]) -> Result<Vec<Decision>,
         .collect()
 }
 
+/// A script's reply, split (see [`crate::scripts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply<'a> {
+    /// The script decided: 4 integers per quota, for [`decision`] or
+    /// [`decisions`], and the server's `TIME` in µs if the script read it.
+    Decided {
+        /// 4 integers per quota.
+        decisions: &'a [i64],
+        /// The server's `TIME` in µs, as the script read it.
+        server_now: Option<i64>,
+    },
+    /// The server's `TIME` was past the call's deadline: the script read and
+    /// wrote nothing.
+    Expired {
+        /// The server's `TIME` in µs.
+        server_now: i64,
+    },
+}
+
+/// Splits a raw script reply: `{-1, server µs}` (expired), or a multiple
+/// of 4 integers followed by the server's µs (`-1` if not read).
+///
+/// ```
+/// use ratelimit_redis::decode::{Reply, split};
+/// assert_eq!(split(&[-1, 7]).unwrap(), Reply::Expired { server_now: 7 });
+/// let Reply::Decided { decisions, server_now } = split(&[1, 4, 100, -1, 7]).unwrap() else {
+///     panic!()
+/// };
+/// assert_eq!((decisions, server_now), (&[1, 4, 100, -1][..], Some(7)));
+/// ```
+pub fn split(reply: &[i64]) -> Result<Reply<'_>, StoreError> {
+    match reply {
+        &[-1, server_now] => Ok(Reply::Expired { server_now }),
+        [decisions @ .., last] if !decisions.is_empty() && decisions.len() % 4 == 0 => {
+            Ok(Reply::Decided {
+                decisions,
+                server_now: (*last > 0).then_some(*last),
+            })
+        }
+        _ => Err(StoreError::message(
+            format!("unexpected rate-limit script reply {reply:?}"),
+            false,
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +136,23 @@ mod tests {
         assert!(decision(&[1, -1, 0, -1], 5).is_err());
         let d = decision(&[1, 4, 100, -1], 5).unwrap();
         assert!(d.allowed && d.retry_after.is_none() && d.remaining == 4);
+    }
+
+    #[test]
+    fn splits_replies() {
+        assert!(split(&[]).is_err());
+        assert!(split(&[1, 2, 3, 4]).is_err());
+        assert!(split(&[-1]).is_err());
+        assert_eq!(
+            split(&[1, 2, 3, -1, -1]).unwrap(),
+            Reply::Decided {
+                decisions: &[1, 2, 3, -1],
+                server_now: None
+            }
+        );
+        assert!(matches!(
+            split(&[1, 2, 3, -1, 0, 2, 3, 4, 9]).unwrap(),
+            Reply::Decided { decisions, server_now: Some(9) } if decisions.len() == 8
+        ));
     }
 }

@@ -78,11 +78,6 @@ pub fn from_fred(err: fred::error::Error) -> StoreError {
     StoreError::backend(format!("redis (fred): {err}"), transient, err)
 }
 
-/// A store call that ran past the store's own time bound.
-pub(crate) fn timed_out(bound: std::time::Duration) -> StoreError {
-    StoreError::Timeout(bound)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

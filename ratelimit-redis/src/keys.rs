@@ -284,6 +284,22 @@ pub fn hash_tag(key: &[u8]) -> &[u8] {
     key
 }
 
+/// The number of hash slots of Redis Cluster.
+pub const SLOTS: usize = 16_384;
+
+/// The hash slot of `key` in Redis Cluster: CRC16 (XMODEM) of its
+/// [`hash_tag`], modulo [`SLOTS`].
+///
+/// ```
+/// // Redis' own example: CLUSTER KEYSLOT foo is 12182.
+/// assert_eq!(ratelimit_redis::keys::slot(b"foo"), 12182);
+/// assert_eq!(ratelimit_redis::keys::slot(b"a{foo}b"), 12182);
+/// ```
+pub fn slot(key: &[u8]) -> u16 {
+    // SLOTS is 2^14: the modulo is a mask, and the result fits in u16.
+    crc16::State::<crc16::XMODEM>::calculate(hash_tag(key)) & 0x3FFF
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

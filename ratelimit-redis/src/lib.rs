@@ -1,7 +1,9 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod deadline;
 pub mod decode;
+pub mod engine;
 pub mod error;
 #[cfg(feature = "fred")]
 mod fred;

@@ -18,10 +18,14 @@
 //! | `KEYS[1]` | the caller's key, from [`crate::keys::key`] |
 //! | `ARGV[1]` | now in µs since the epoch, or `""` to use the server's `TIME` |
 //! | `ARGV[2]` | minimum expiry in ms (0 with the server clock; see [`INJECTED_CLOCK_MIN_EXPIRY`]) |
-//! | `ARGV[3..]` | fixed window, sliding window, sliding log: cost, limit, window µs; token bucket: `cost * unit`, refill, full, unit |
+//! | `ARGV[3]` | the deadline in the server's µs, after which the caller no longer waits; `0` for none, `-1` for none but return `TIME` (see [`crate::deadline`]) |
+//! | `ARGV[4..]` | fixed window, sliding window, sliding log: cost, limit, window µs; token bucket: `cost * unit`, refill, full, unit |
 //!
-//! Reply: `{allowed (0/1), remaining, reset_after_us, retry_after_us or -1}`,
-//! decoded by [`crate::decode::decision`].
+//! Reply: `{allowed (0/1), remaining, reset_after_us, retry_after_us or -1,
+//! server µs}` (the server's `TIME` as the script read it, `-1` if it did
+//! not: an injected clock and no deadline), or `{-1, server µs}` when
+//! `TIME` is past the deadline: **expired, nothing read or written**. Split
+//! by [`crate::decode::split`], decoded by [`crate::decode::decision`].
 //!
 //! # Several quotas in one call
 //!
@@ -39,11 +43,12 @@
 //! | | meaning |
 //! |---|---|
 //! | `KEYS[i]` | quota i's key, from [`crate::keys::key`] (one caller: one hash tag, one slot) |
-//! | `ARGV[1]`, `ARGV[2]` | now and the minimum expiry, as above |
-//! | then per quota | the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[3..]` |
+//! | `ARGV[1..=3]` | now, the minimum expiry and the deadline, as above |
+//! | then per quota | the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[4..]` |
 //!
 //! Reply: 4 integers per quota, in order, each group as a single script's
-//! reply; built by [`args_multi`] and decoded by [`crate::decode::decisions`].
+//! first four, then the server's µs; or `{-1, server µs}` when expired.
+//! Built by [`args_multi`] and decoded by [`crate::decode::decisions`].
 //!
 //! Stored state (one key per caller, policy and algorithm; the layouts and
 //! their versioned key codes are in [`crate::keys::layout_code`]):
@@ -158,6 +163,8 @@ pub fn all() -> [&'static Script; 5] {
     ]
 }
 
+/// `ARGV[1..=3]`: now, the minimum expiry, and no deadline (`0`; see
+/// [`Call::set_deadline`]).
 fn push_now(args: &mut Vec<String>, now: Option<Micros>) {
     match now {
         Some(now) => {
@@ -169,6 +176,7 @@ fn push_now(args: &mut Vec<String>, now: Option<Micros>) {
             args.push("0".to_owned());
         }
     }
+    args.push("0".to_owned());
 }
 
 fn push_quota(args: &mut Vec<String>, quota: &Quota, cost: u64) {
@@ -194,7 +202,7 @@ fn push_quota(args: &mut Vec<String>, quota: &Quota, cost: u64) {
 /// `now`: `Some` with an injected clock, `None` to use the server's `TIME`.
 /// Every cost must already have passed [`Quota::check_cost`].
 pub fn args_multi(charges: &[Charge<'_>], now: Option<Micros>) -> Vec<String> {
-    let mut args = Vec::with_capacity(2 + 6 * charges.len());
+    let mut args = Vec::with_capacity(3 + 6 * charges.len());
     push_now(&mut args, now);
     for c in charges {
         let kind = match c.quota.algorithm() {
@@ -215,7 +223,7 @@ pub fn args_multi(charges: &[Charge<'_>], now: Option<Micros>) -> Vec<String> {
 /// `now`: `Some` with an injected clock, `None` to use the server's `TIME`.
 /// The cost must already have passed [`Quota::check_cost`].
 pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
-    let mut args = Vec::with_capacity(6);
+    let mut args = Vec::with_capacity(7);
     push_now(&mut args, now);
     push_quota(&mut args, quota, cost);
     args
@@ -255,6 +263,19 @@ impl Call {
                 .collect(),
             args: args_multi(charges, now),
         }
+    }
+
+    /// Sets `ARGV[3]`, the deadline in the server's µs (`0`: none; `-1`:
+    /// none, but return the server's `TIME`; see [`crate::deadline`]).
+    pub fn set_deadline(&mut self, server_micros: i64) {
+        if let Some(a) = self.args.get_mut(2) {
+            *a = server_micros.to_string();
+        }
+    }
+
+    /// The hash slot of the call's keys (they share one).
+    pub fn slot(&self) -> u16 {
+        crate::keys::slot(self.keys.first().map_or(&b""[..], |k| k.as_bytes()))
     }
 }
 

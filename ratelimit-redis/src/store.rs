@@ -2,16 +2,17 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ratelimit_core::model::Charge;
-use ratelimit_core::{Clock, Decision, Micros, Quota, Store, StoreError};
+use ratelimit_core::{Clock, Decision, Quota, Store, StoreError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::engine::{DEFAULT_MAX_IN_FLIGHT, Engine, Transport};
 use crate::error;
 use crate::keys;
-use crate::scripts::{self, Script};
+use crate::scripts::{Call, Script};
 
 /// Default time to wait for each reply: 30 ms.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_millis(30);
@@ -69,6 +70,13 @@ impl Backend {
     }
 }
 
+#[async_trait]
+impl Transport for Backend {
+    async fn eval(&self, call: &Call, _deadline: Instant) -> Result<Vec<i64>, StoreError> {
+        Backend::eval(self, call.script, &call.keys, &call.args).await
+    }
+}
+
 /// A rate-limit [`Store`] in a single Redis node: one atomic Lua script per
 /// decision, Redis' own clock, derived TTLs.
 ///
@@ -87,23 +95,33 @@ impl Backend {
 /// ([`Store::decide_all`]) is one `EVALSHA` of [`scripts::MULTI`] whatever
 /// the number of quotas, all or nothing, equal to
 /// `ratelimit_core::model::decide_all`. A cost that can never pass is refused before
-/// any network call. Every call is bounded by [`RedisStore::timeout`];
-/// errors say whether they are transient.
+/// any network call. Every call is bounded by [`RedisStore::timeout`] and by
+/// the caller's deadline ([`Store::decide_before`]); errors say whether
+/// they are transient.
+///
+/// # A call the caller gave up on counts nothing
+///
+/// Every script call carries its deadline in the server's clock (learnt
+/// from the replies: [`crate::deadline`]); a script that starts after it
+/// (say the server was paused and resumes with the call still queued on the
+/// socket) returns "expired" and writes nothing, so a call the limiter has
+/// answered by its failure policy is never counted later. At most
+/// [`RedisStore::max_in_flight`] calls wait on the connection at once;
+/// beyond that a call fails at once (transient) instead of queueing.
 #[derive(Clone)]
 pub struct RedisStore {
     backend: Backend,
-    prefix: Arc<str>,
-    clock: Option<Arc<dyn Clock>>,
-    timeout: Duration,
+    engine: Engine,
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("client", &self.backend.name())
-            .field("prefix", &self.prefix)
-            .field("clock", &self.clock)
-            .field("timeout", &self.timeout)
+            .field("prefix", &self.engine.prefix())
+            .field("clock", &self.engine.clock())
+            .field("timeout", &self.engine.timeout())
+            .field("max_in_flight", &self.engine.max_in_flight())
             .finish()
     }
 }
@@ -128,6 +146,7 @@ impl RedisStore {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             timeout: None,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
     }
 
@@ -141,108 +160,110 @@ impl RedisStore {
     pub(crate) fn from_backend(backend: Backend) -> Self {
         Self {
             backend,
-            prefix: Arc::from(keys::DEFAULT_PREFIX),
-            clock: None,
-            timeout: DEFAULT_CALL_TIMEOUT,
+            engine: Engine::new(DEFAULT_CALL_TIMEOUT, 1),
         }
     }
 
     /// Uses another key prefix (see [`keys::check_prefix`]).
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self, StoreError> {
-        keys::check_prefix(prefix).map_err(|m| StoreError::message(m, false))?;
-        self.prefix = Arc::from(prefix);
+        self.engine.set_prefix(prefix)?;
         Ok(self)
     }
 
     /// Takes "now" from `clock` instead of the server's `TIME`: for tests and
     /// replays only (see the crate docs on clocks).
     pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.clock = Some(Arc::new(clock));
+        self.engine.set_clock(Some(Arc::new(clock)));
         self
     }
 
     /// Bounds every decision by `timeout` (returning
     /// [`StoreError::Timeout`] after it).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.engine.set_timeout(timeout);
+        self
+    }
+
+    /// Bounds the script calls waiting on the connection at once (default
+    /// [`crate::engine::DEFAULT_MAX_IN_FLIGHT`], shared by clones); beyond
+    /// it a call fails at once with a transient error.
+    pub fn with_max_in_flight(mut self, max: usize) -> Self {
+        self.engine.set_max_in_flight(max);
         self
     }
 
     /// The key prefix.
     pub fn prefix(&self) -> &str {
-        &self.prefix
+        self.engine.prefix()
     }
 
     /// The bound on one decision.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.engine.timeout()
+    }
+
+    /// The bound on script calls in flight.
+    pub fn max_in_flight(&self) -> usize {
+        self.engine.max_in_flight()
     }
 
     /// Whether the store uses an injected clock rather than the server's.
     pub fn has_injected_clock(&self) -> bool {
-        self.clock.is_some()
+        self.engine.clock().is_some()
     }
 
     /// The Redis key that holds `caller`'s state under `quota`.
     pub fn key(&self, caller: &[u8], quota: &Quota) -> String {
-        keys::key(&self.prefix, caller, quota)
+        keys::key(self.engine.prefix(), caller, quota)
     }
 
-    /// "Now" to send: the injected clock's reading, or `None` for `TIME`.
-    fn now(&self) -> Result<Option<Micros>, StoreError> {
-        scripts::injected_now(self.clock.as_ref())
-    }
-
-    async fn run(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
-        let call = scripts::Call::one(&self.prefix, key, quota, cost, self.now()?);
-        let reply = self
-            .backend
-            .eval(call.script, &call.keys, &call.args)
-            .await?;
-        crate::decode::decision(&reply, quota.limit())
-    }
-
-    async fn run_multi(
-        &self,
-        key: &[u8],
-        charges: &[Charge<'_>],
-    ) -> Result<Vec<Decision>, StoreError> {
-        let call = scripts::Call::all(&self.prefix, key, charges, self.now()?);
-        let reply = self
-            .backend
-            .eval(call.script, &call.keys, &call.args)
-            .await?;
-        crate::decode::decisions(&reply, charges)
+    /// The script-calling core (server-clock offsets, calls in flight).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 }
 
 #[async_trait]
 impl Store for RedisStore {
     async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
-        quota.check_cost(cost)?;
-        match tokio::time::timeout(self.timeout, self.run(key, quota, cost)).await {
-            Ok(result) => result,
-            Err(_) => Err(error::timed_out(self.timeout)),
-        }
+        self.engine
+            .decide(&self.backend, key, quota, cost, None)
+            .await
     }
 
-    /// One `EVALSHA` of [`scripts::MULTI`] over every charge's key: all or
-    /// nothing, atomic on the server, whatever the number of quotas.
+    async fn decide_before(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        deadline: Instant,
+    ) -> Result<Decision, StoreError> {
+        self.engine
+            .decide(&self.backend, key, quota, cost, Some(deadline))
+            .await
+    }
+
+    /// One `EVALSHA` of [`crate::scripts::MULTI`] over every charge's key:
+    /// all or nothing, atomic on the server, whatever the number of quotas.
     async fn decide_all(
         &self,
         key: &[u8],
         charges: &[Charge<'_>],
     ) -> Result<Vec<Decision>, StoreError> {
-        for c in charges {
-            c.quota.check_cost(c.cost)?;
-        }
-        if charges.is_empty() {
-            return Ok(Vec::new());
-        }
-        match tokio::time::timeout(self.timeout, self.run_multi(key, charges)).await {
-            Ok(result) => result,
-            Err(_) => Err(error::timed_out(self.timeout)),
-        }
+        self.engine
+            .decide_all(&self.backend, key, charges, None)
+            .await
+    }
+
+    async fn decide_all_before(
+        &self,
+        key: &[u8],
+        charges: &[Charge<'_>],
+        deadline: Instant,
+    ) -> Result<Vec<Decision>, StoreError> {
+        self.engine
+            .decide_all(&self.backend, key, charges, Some(deadline))
+            .await
     }
 
     fn atomic_all(&self) -> bool {
@@ -251,7 +272,7 @@ impl Store for RedisStore {
 
     /// The injected clock, if the store has one (`None`: Redis `TIME`).
     fn clock(&self) -> Option<Arc<dyn Clock>> {
-        self.clock.clone()
+        self.engine.clock().cloned()
     }
 }
 
@@ -276,6 +297,7 @@ pub struct RedisStoreBuilder {
     response_timeout: Duration,
     connection_timeout: Duration,
     timeout: Option<Duration>,
+    max_in_flight: usize,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -287,6 +309,7 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("connection_timeout", &self.connection_timeout)
             .field("timeout", &self.timeout)
+            .field("max_in_flight", &self.max_in_flight)
             .finish_non_exhaustive()
     }
 }
@@ -327,6 +350,15 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// The bound on script calls waiting on the connection at once (default
+    /// [`crate::engine::DEFAULT_MAX_IN_FLIGHT`]); beyond it a call fails at
+    /// once with a transient error instead of queueing behind a stalled
+    /// connection.
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = max;
+        self
+    }
+
     /// Connects and builds the store.
     ///
     /// Fails on an invalid prefix or URL, or a server that cannot be reached
@@ -347,11 +379,13 @@ impl RedisStoreBuilder {
         let timeout = self
             .timeout
             .unwrap_or(self.connection_timeout + 3 * self.response_timeout);
+        let mut engine = Engine::new(timeout, 1);
+        engine.set_prefix(&self.prefix)?;
+        engine.set_clock(self.clock);
+        engine.set_max_in_flight(self.max_in_flight);
         Ok(RedisStore {
             backend: Backend::Redis(manager),
-            prefix: Arc::from(self.prefix),
-            clock: self.clock,
-            timeout,
+            engine,
         })
     }
 }

@@ -9,5 +9,6 @@ pub mod redis_cluster;
 pub mod redis_server;
 #[cfg(feature = "redis")]
 pub mod server_process;
+pub mod stall;
 
 pub use conformance::{Contract, StoreFactory, SuiteConfig, Violation, run_all};

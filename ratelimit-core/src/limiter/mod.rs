@@ -232,6 +232,9 @@ struct SyncFirst<'a> {
     key: &'a [u8],
     quota: &'a Quota,
     cost: u64,
+    /// The limiter's timeout: the store is told the caller stops waiting
+    /// then ([`Store::decide_before`]).
+    timeout: std::time::Duration,
     pending: Option<Call<'a, Decision>>,
 }
 
@@ -247,7 +250,11 @@ impl Future for SyncFirst<'_> {
             if let Some(r) = this.store.decide_sync(this.key, this.quota, this.cost) {
                 return std::task::Poll::Ready(r);
             }
-            this.pending = Some(this.store.decide(this.key, this.quota, this.cost));
+            let deadline = std::time::Instant::now() + this.timeout;
+            this.pending = Some(
+                this.store
+                    .decide_before(this.key, this.quota, this.cost, deadline),
+            );
         }
         match &mut this.pending {
             Some(call) => call.as_mut().poll(cx),
@@ -473,6 +480,7 @@ impl Limiter {
             key,
             quota,
             cost,
+            timeout: inner.timeout,
             pending: None,
         };
         let d = match self.call(call, now).await {
@@ -520,7 +528,9 @@ impl Limiter {
                 shadow,
             })
             .collect();
-        let call: Call<'_, Vec<Decision>> = (*inner.store).decide_all(key, &charges);
+        let deadline = std::time::Instant::now() + inner.timeout;
+        let call: Call<'_, Vec<Decision>> =
+            (*inner.store).decide_all_before(key, &charges, deadline);
         let verdict = match self.call(call, now).await {
             Ok(decisions) => {
                 #[cfg(feature = "deny-cache")]

@@ -4,12 +4,15 @@
 -- KEYS[i]  quota i's key (a sliding log also uses KEYS[i] .. ':c')
 -- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
 -- ARGV[2]  minimum expiry in ms (0 with the server clock)
+-- ARGV[3]  deadline in the server's µs (TIME), or 0 for none
 -- then, per quota, in KEYS order:
 --   kind (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket),
---   shadow (0 or 1), then the single script's ARGV[3..]: cost, limit,
+--   shadow (0 or 1), then the single script's ARGV[4..]: cost, limit,
 --   window µs; or need = cost * unit, refill, full, unit for a bucket.
 -- Returns 4 integers per quota, in order: {allowed, remaining,
--- reset_after_us, retry_after_us or -1}, that quota's own decision.
+-- reset_after_us, retry_after_us or -1}, that quota's own decision, then
+-- the server's µs (or -1 if TIME was not read); or {-1, server µs} when
+-- past the deadline.
 --
 -- Two phases. First every quota is decided from its stored state, writing
 -- nothing; the call is admitted iff every enforced (non-shadow) quota
@@ -18,13 +21,15 @@
 -- A denied call writes nothing; a quota that admits it reports its
 -- remaining without this call (remaining + cost, at most the limit).
 -- All keys of one call share the caller's hash tag: one cluster slot.
-local now = ARGV[1]
-if now == '' then
+-- The server's TIME is read for "now" and for the deadline; past the
+-- deadline the caller has stopped waiting: return "expired", write nothing.
+local now, st, dl = ARGV[1], -1, tonumber(ARGV[3])
+if now == '' or dl ~= 0 then
   local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-else
-  now = tonumber(now)
+  st = t[1] * 1000000 + t[2]
+  if dl > 0 and st > dl then return {-1, st} end
 end
+if now == '' then now = st else now = tonumber(now) end
 local min_ms = tonumber(ARGV[2])
 local fmod, fmt, find, sub = math.fmod, string.format, string.find, string.sub
 local call = redis.call
@@ -233,7 +238,7 @@ end
 -- Phase 1: decide every quota, write nothing.
 local out, writes, costs, limits = {}, {}, {}, {}
 local admitted = true
-local a = 3
+local a = 4
 for i = 1, #KEYS do
   local kind, shadow = ARGV[a], ARGV[a + 1]
   local x, y, z = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
@@ -281,4 +286,5 @@ for i = 1, #KEYS do
     end
   end
 end
+out[#out + 1] = st
 return out

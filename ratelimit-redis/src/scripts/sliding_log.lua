@@ -10,10 +10,12 @@
 --          base: the cumulative cost of everything dropped so far.
 -- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
 -- ARGV[2]  minimum expiry in ms (0 with the server clock)
--- ARGV[3]  cost
--- ARGV[4]  limit
--- ARGV[5]  window in µs
--- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}.
+-- ARGV[3]  deadline in the server's µs (TIME), or 0 for none
+-- ARGV[4]  cost
+-- ARGV[5]  limit
+-- ARGV[6]  window in µs
+-- Returns {allowed, remaining, reset_after_us, retry_after_us or -1,
+-- server µs or -1}, or {-1, server µs} when past the deadline.
 --
 -- Cumulative cost is monotone in time order, so with g the number of
 -- entries at t <= now - W (gone from the trailing window, one ZCOUNT):
@@ -24,14 +26,16 @@
 -- An admission with a clock behind the newest entry inserts in time order
 -- and adds its cost to the later entries' cumulative scores (O(entries
 -- after it); only then). A denial writes nothing.
-local now = ARGV[1]
-if now == '' then
+-- The server's TIME is read for "now" and for the deadline; past the
+-- deadline the caller has stopped waiting: return "expired", write nothing.
+local now, st, dl = ARGV[1], -1, tonumber(ARGV[3])
+if now == '' or dl ~= 0 then
   local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-else
-  now = tonumber(now)
+  st = t[1] * 1000000 + t[2]
+  if dl > 0 and st > dl then return {-1, st} end
 end
-local cost, limit, width = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+if now == '' then now = st else now = tonumber(now) end
+local cost, limit, width = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local tkey = KEYS[1]
 local ckey = tkey .. ':c'
 local edge = now - width
@@ -117,7 +121,7 @@ if total + cost <= limit then
   redis.call('PEXPIRE', ckey, ms)
   local remaining = 0
   if limit > total + cost then remaining = limit - total - cost end
-  return {1, remaining, reset, -1}
+  return {1, remaining, reset, -1, st}
 end
 
 -- Denied: wait until the oldest entries whose cost must leave have left.
@@ -125,4 +129,4 @@ local first = redis.call('ZRANGEBYSCORE', ckey, fmt('%d', top + cost - limit), '
 local t = tonumber(redis.call('ZSCORE', tkey, first[1]))
 local remaining = 0
 if limit > total then remaining = limit - total end
-return {0, remaining, newest + width - now, t + width - now}
+return {0, remaining, newest + width - now, t + width - now, st}

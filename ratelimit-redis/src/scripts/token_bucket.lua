@@ -4,24 +4,28 @@
 --          when the rate leaves a sub-µs remainder (rem in bucket units)
 -- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
 -- ARGV[2]  minimum expiry in ms (0 with the server clock)
--- ARGV[3]  need = cost * unit
--- ARGV[4]  refill: units gained per µs
--- ARGV[5]  full = capacity * unit
--- ARGV[6]  unit: units per token
--- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}.
+-- ARGV[3]  deadline in the server's µs (TIME), or 0 for none
+-- ARGV[4]  need = cost * unit
+-- ARGV[5]  refill: units gained per µs
+-- ARGV[6]  full = capacity * unit
+-- ARGV[7]  unit: units per token
+-- Returns {allowed, remaining, reset_after_us, retry_after_us or -1,
+-- server µs or -1}, or {-1, server µs} when past the deadline.
 -- Every value stays within full + refill <= 2^53 - 1 (checked by the quota),
 -- so Lua's doubles hold it exactly; math.fmod is exact, so
 -- (a - fmod(a, b)) / b is the exact floor of a / b for a >= 0 (and the
 -- truncation, i.e. the ceiling, for a < 0). No closures; numbers reach
 -- Redis formatted as integers ('%d', exact below 2^53).
-local now = ARGV[1]
-if now == '' then
+-- The server's TIME is read for "now" and for the deadline; past the
+-- deadline the caller has stopped waiting: return "expired", write nothing.
+local now, st, dl = ARGV[1], -1, tonumber(ARGV[3])
+if now == '' or dl ~= 0 then
   local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-else
-  now = tonumber(now)
+  st = t[1] * 1000000 + t[2]
+  if dl > 0 and st > dl then return {-1, st} end
 end
-local need, refill, full = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+if now == '' then now = st else now = tonumber(now) end
+local need, refill, full = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local fmod = math.fmod
 -- The bucket is short of full by d = delta * refill + rho units.
 local delta, rho = 0, 0
@@ -36,7 +40,7 @@ if v then
   if tat > now or (tat == now and rho > 0) then delta = tat - now else rho = 0 end
 end
 local room = full - need
-local unit = tonumber(ARGV[6])
+local unit = tonumber(ARGV[7])
 if rho <= room and delta <= (room - rho - fmod(room - rho, refill)) / refill then
   local d = delta * refill + rho + need
   local rem = fmod(d, refill)
@@ -56,7 +60,7 @@ if rho <= room and delta <= (room - rho - fmod(room - rho, refill)) / refill the
     redis.call('SET', KEYS[1], string.format('%d:%d', now + whole, rem), 'PX', string.format('%d', ms))
   end
   local level = full - d
-  return {1, (level - fmod(level, unit)) / unit, reset, -1}
+  return {1, (level - fmod(level, unit)) / unit, reset, -1, st}
 end
 -- Denied: nothing is written.
 local level = 0
@@ -68,4 +72,4 @@ if rho > 0 then reset = delta + 1 end
 local x = rho + need - full
 local q = (x - fmod(x, refill)) / refill
 if fmod(x, refill) > 0 then q = q + 1 end
-return {0, (level - fmod(level, unit)) / unit, reset, delta + q}
+return {0, (level - fmod(level, unit)) / unit, reset, delta + q, st}

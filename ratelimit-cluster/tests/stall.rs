@@ -1,0 +1,54 @@
+//! Every master of a cluster paused (SIGSTOP) under load: no call the
+//! limiter answered by its failure policy is counted once they resume, with
+//! either client and either policy (see `ratelimit_testkit::stall`). The
+//! pause is 1 s, below the cluster's node timeout (1.5 s), so it tests the
+//! deadlines and not a failover.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Lib;
+use ratelimit_core::ManualClock;
+use ratelimit_testkit::redis_cluster::RedisCluster;
+use ratelimit_testkit::stall::answered_by_policy_counts_nothing;
+
+const T0: u64 = 1_800_000_000_000_000;
+
+const PAUSE: Duration = Duration::from_secs(1);
+
+async fn check(lib: Lib) {
+    let cluster = RedisCluster::start_local();
+    let store = common::store(
+        lib,
+        &cluster,
+        cluster.prefix(),
+        Duration::from_millis(30),
+        Duration::from_millis(200),
+    )
+    .await
+    .with_clock(ManualClock::new(T0));
+    let masters: Vec<u16> = cluster.masters().iter().map(|n| n.port).collect();
+    let report = answered_by_policy_counts_nothing(
+        Arc::new(store),
+        PAUSE,
+        || masters.iter().for_each(|&p| cluster.pause(p)),
+        || masters.iter().for_each(|&p| cluster.resume(p)),
+    )
+    .await;
+    println!("{report:?}");
+    report.open.check("fail open").unwrap();
+    report.closed.check("fail closed").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_rs_calls_answered_by_policy_during_a_pause_are_never_counted() {
+    check(Lib::RedisRs).await;
+}
+
+#[cfg(feature = "fred")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fred_calls_answered_by_policy_during_a_pause_are_never_counted() {
+    check(Lib::Fred).await;
+}

@@ -1,0 +1,163 @@
+//! Deadlines in server time: a script call the caller has stopped waiting
+//! for counts nothing.
+//!
+//! A request on a Redis connection cannot be taken back: once written to
+//! the socket, a server that was paused (or slow, or behind a congested
+//! link) runs it when it gets to it, long after the limiter has answered the
+//! caller by its failure policy. So every script call carries the instant,
+//! in the server's own clock (`TIME`), after which its caller no longer
+//! waits; a script that finds `TIME` past it returns "expired" and writes
+//! nothing (see [`crate::scripts`]).
+//!
+//! # Learning the server's clock
+//!
+//! The store never compares its clock with the server's directly: every
+//! script reply carries the server's `TIME` as the script read it, `S`. The
+//! script ran somewhere between the request being sent and the reply being
+//! received (local monotonic instant `r`), so `S - r` is a **lower bound**
+//! of the offset between the two clocks. The deadline sent is the local
+//! deadline plus the latest such bound, minus [`SKEW_ALLOWANCE`]: never
+//! later than the true one, earlier by the reply's travel time from the
+//! server plus the allowance. The local side is a monotonic clock, so a
+//! step of the application host's wall clock changes nothing.
+//!
+//! What the allowance covers: drift between two replies (NTP-disciplined
+//! clocks drift by well under 1 ms per second) and the server's clock
+//! stepping backwards by up to that much. A server clock stepped back by
+//! more lets calls that arrive up to the step late still count, until the
+//! next reply corrects the offset. Until a store has seen its first reply
+//! there is no offset yet: that first call carries no deadline (a store
+//! built by a builder has made no call yet either; the first decision
+//! learns the offset).
+//!
+//! A cluster's nodes each have their own clock: the store keeps one offset
+//! per hash slot, learnt from the node that answered for that slot.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Taken off every deadline sent to the server: drift and backward steps of
+/// the server's clock up to this much are covered (see the module docs).
+pub const SKEW_ALLOWANCE: Duration = Duration::from_millis(1);
+
+/// The value sent when there is no deadline yet: the script reads and
+/// returns the server's `TIME` (so the offset can be learnt) but enforces
+/// nothing.
+pub const NO_DEADLINE_YET: i64 = -1;
+
+/// No offset learnt yet.
+const UNKNOWN: i64 = i64::MIN;
+
+/// The offsets between a store's monotonic clock and its server's (or, for
+/// a cluster, each hash slot's server's) `TIME`, learnt from replies.
+#[derive(Debug)]
+pub struct ServerClock {
+    base: Instant,
+    offsets: Box<[AtomicI64]>,
+}
+
+impl ServerClock {
+    /// Offsets for `clocks` server clocks (1 for a single node,
+    /// [`crate::keys::SLOTS`] for a cluster, one per hash slot).
+    pub fn new(clocks: usize) -> Self {
+        Self {
+            base: Instant::now(),
+            offsets: (0..clocks.max(1))
+                .map(|_| AtomicI64::new(UNKNOWN))
+                .collect(),
+        }
+    }
+
+    /// The local instant offsets are counted from.
+    pub fn base(&self) -> Instant {
+        self.base
+    }
+
+    /// How many server clocks are tracked.
+    pub fn clocks(&self) -> usize {
+        self.offsets.len()
+    }
+
+    fn local_micros(&self, at: Instant) -> i64 {
+        i64::try_from(at.saturating_duration_since(self.base).as_micros()).unwrap_or(i64::MAX)
+    }
+
+    fn slot(&self, index: usize) -> &AtomicI64 {
+        &self.offsets[index % self.offsets.len()]
+    }
+
+    /// The deadline to send to server clock `index`, in its µs: the local
+    /// `deadline` translated by the latest offset, less [`SKEW_ALLOWANCE`];
+    /// [`NO_DEADLINE_YET`] before the first reply. `None` when `deadline`
+    /// has already passed here: nothing should be sent.
+    pub fn server_deadline(&self, index: usize, deadline: Instant) -> Option<i64> {
+        let now = Instant::now();
+        if deadline <= now {
+            return None;
+        }
+        let offset = self.slot(index).load(Ordering::Relaxed);
+        if offset == UNKNOWN {
+            return Some(NO_DEADLINE_YET);
+        }
+        let allowance = i64::try_from(SKEW_ALLOWANCE.as_micros()).unwrap_or(0);
+        let at = self
+            .local_micros(deadline)
+            .saturating_add(offset)
+            .saturating_sub(allowance);
+        // A server whose clock reads before the Unix epoch plus the
+        // allowance is not one this arithmetic serves: send no deadline.
+        Some(if at > 0 { at } else { NO_DEADLINE_YET })
+    }
+
+    /// Learns from a reply: server clock `index` read `server_now` µs, and
+    /// the reply was received at `received`.
+    pub fn observe(&self, index: usize, server_now: i64, received: Instant) {
+        if server_now <= 0 {
+            return;
+        }
+        let offset = server_now.saturating_sub(self.local_micros(received));
+        self.slot(index).store(offset, Ordering::Relaxed);
+    }
+
+    /// The latest offset learnt for server clock `index` (server µs minus
+    /// this store's monotonic µs), if any.
+    pub fn offset(&self, index: usize) -> Option<i64> {
+        let o = self.slot(index).load(Ordering::Relaxed);
+        (o != UNKNOWN).then_some(o)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_deadline_before_the_first_reply_and_none_once_passed() {
+        let c = ServerClock::new(1);
+        let later = Instant::now() + Duration::from_secs(1);
+        assert_eq!(c.server_deadline(0, later), Some(NO_DEADLINE_YET));
+        assert_eq!(c.server_deadline(0, Instant::now()), None);
+    }
+
+    #[test]
+    fn the_deadline_is_the_local_one_in_server_time_less_the_allowance() {
+        let c = ServerClock::new(1);
+        let server = 1_700_000_000_000_000i64;
+        let received = Instant::now();
+        c.observe(0, server, received);
+        let deadline = received + Duration::from_millis(20);
+        let sent = c.server_deadline(0, deadline).unwrap();
+        // Exactly 20 ms after the observed server time, less 1 ms.
+        assert_eq!(sent, server + 20_000 - 1_000);
+    }
+
+    #[test]
+    fn each_slot_learns_its_own_offset() {
+        let c = ServerClock::new(16_384);
+        let now = Instant::now();
+        c.observe(5, 2_000_000, now);
+        c.observe(6, 9_000_000, now);
+        assert_eq!(c.offset(6).unwrap() - c.offset(5).unwrap(), 7_000_000);
+        assert_eq!(c.offset(7), None);
+    }
+}
