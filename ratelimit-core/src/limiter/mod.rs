@@ -58,9 +58,12 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(20);
 pub enum FailurePolicy {
     /// Admit the call: availability over enforcement. For general API
     /// quota, where an outage of the limiter must not become an outage of
-    /// the API. Whether a store counts a call the limiter has already
-    /// answered (a request still queued on a paused connection) is the
-    /// store's business: see its documentation.
+    /// the API. A call answered by policy is not counted by the store: the
+    /// limiter passes the end of its timeout to the store
+    /// ([`Store::decide_before`]), and the shipped Redis stores make a
+    /// request still queued on a paused connection count nothing when it
+    /// runs after it (calls already running at that instant may still
+    /// count: their reply, not their run, was late).
     FailOpen,
     /// Deny the call: enforcement over availability. For logins, password
     /// resets and anything an attacker would love the limiter to forget.
