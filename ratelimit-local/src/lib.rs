@@ -2,6 +2,7 @@
 
 mod clock;
 mod multi;
+mod shards;
 mod store;
 
 pub use clock::FastClock;

@@ -13,9 +13,10 @@
 
 use std::sync::Arc;
 
-use dashmap::DashMap;
 use ratelimit_core::model::{self, Charge, State};
 use ratelimit_core::{AlgorithmKind, Decision, Micros, Result};
+
+use crate::shards::{Budget, Mode, ShardedMap, Walk};
 
 /// One quota's state within a caller's entry.
 struct Slot {
@@ -36,7 +37,7 @@ struct Slots {
 /// The map of callers checked against several quotas at once.
 #[derive(Default)]
 pub(crate) struct MultiMap {
-    map: DashMap<Box<[u8]>, Slots, foldhash::fast::RandomState>,
+    map: ShardedMap<Slots>,
 }
 
 impl MultiMap {
@@ -49,62 +50,81 @@ impl MultiMap {
         for c in charges {
             c.quota.check_cost(c.cost)?;
         }
-        let mut entry = match self.map.get_mut(key) {
-            Some(e) => e,
-            None => self.map.entry(Box::from(key)).or_default(),
-        };
-        let slots = entry.value_mut();
-        let find = |slots: &[Slot], c: &Charge<'_>| {
-            slots
+        // Read, decide and write under the caller's one shard lock.
+        let step = |slots: &mut Slots| -> Result<Vec<Decision>> {
+            let find = |slots: &[Slot], c: &Charge<'_>| {
+                slots
+                    .iter()
+                    .position(|s| s.kind == c.quota.kind() && *s.name == *c.quota.name())
+            };
+            let states = charges
                 .iter()
-                .position(|s| s.kind == c.quota.kind() && *s.name == *c.quota.name())
-        };
-        let states = charges
-            .iter()
-            .map(|c| {
-                find(&slots.slots, c)
-                    .map(|i| &slots.slots[i])
-                    .filter(|s| s.expires_at > now)
-                    .map(|s| s.state.clone())
-            })
-            .collect();
-        let step = model::decide_all(charges, states, now)?;
-        for (c, write) in charges.iter().zip(step.writes) {
-            let Some((state, ttl)) = write else { continue };
-            let expires_at = now.saturating_add(ttl);
-            match find(&slots.slots, c) {
-                Some(i) => {
-                    let s = &mut slots.slots[i];
-                    s.state = state;
-                    s.expires_at = expires_at;
+                .map(|c| {
+                    find(&slots.slots, c)
+                        .map(|i| &slots.slots[i])
+                        .filter(|s| s.expires_at > now)
+                        .map(|s| s.state.clone())
+                })
+                .collect();
+            let step = model::decide_all(charges, states, now)?;
+            for (c, write) in charges.iter().zip(step.writes) {
+                let Some((state, ttl)) = write else { continue };
+                let expires_at = now.saturating_add(ttl);
+                match find(&slots.slots, c) {
+                    Some(i) => {
+                        let s = &mut slots.slots[i];
+                        s.state = state;
+                        s.expires_at = expires_at;
+                    }
+                    None => slots.slots.push(Slot {
+                        name: Arc::from(c.quota.name()),
+                        kind: c.quota.kind(),
+                        state,
+                        expires_at,
+                    }),
                 }
-                None => slots.slots.push(Slot {
-                    name: Arc::from(c.quota.name()),
-                    kind: c.quota.kind(),
-                    state,
-                    expires_at,
-                }),
+                slots.expires_at = slots.expires_at.max(expires_at);
             }
-            slots.expires_at = slots.expires_at.max(expires_at);
+            Ok(step.decisions)
+        };
+        if let Some(mut slots) = self.map.get_mut(key) {
+            return step(&mut slots);
         }
-        Ok(step.decisions)
+        // A new caller: the insert re-checks under the shard lock, as
+        // another call may have inserted the key in the meantime.
+        self.map.update_or_insert(key, step, || {
+            let mut slots = Slots::default();
+            let out = step(&mut slots);
+            ((!slots.slots.is_empty()).then_some(slots), out)
+        })
     }
 
-    /// Drops callers whose every state has expired; returns how many.
-    pub(crate) fn sweep(&self, now: Micros) -> usize {
-        let before = self.map.len();
-        self.map.retain(|_, s| {
+    /// One bounded slice of a sweep over shard `shard` (see
+    /// [`ShardedMap::sweep_shard`]): drops the slots that expired by `now`,
+    /// and the callers left with none.
+    pub(crate) fn sweep_shard(
+        &self,
+        shard: usize,
+        from: usize,
+        budget: &mut Budget,
+        mode: Mode,
+        now: Micros,
+    ) -> Option<Walk> {
+        self.map.sweep_shard(shard, from, budget, mode, |s| {
             s.slots.retain(|slot| slot.expires_at > now);
             s.expires_at > now && !s.slots.is_empty()
-        });
-        before.saturating_sub(self.map.len())
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 
-    pub(crate) fn shrink_to_fit(&self) {
-        self.map.shrink_to_fit();
+    pub(crate) fn capacity(&self) -> usize {
+        self.map.capacity()
+    }
+
+    pub(crate) fn walk_len(&self) -> usize {
+        self.map.walk_len()
     }
 }

@@ -1,9 +1,8 @@
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dashmap::DashMap;
 use ratelimit_core::model::{
     self, Charge, FixedWindowState, SlidingLogState, SlidingWindowState, State, TokenBucketState,
 };
@@ -11,18 +10,24 @@ use ratelimit_core::{Algorithm, Bucket, Clock, Decision, Micros, Quota, Result, 
 
 use crate::clock::FastClock;
 use crate::multi::MultiMap;
+use crate::shards::{Budget, Mode, ShardedMap, Walk};
 
-/// The default minimum clock time between two automatic sweeps.
+/// The default clock time in which the automatic sweep walks every map once.
 const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
-/// A map from `policy name 0xFF caller` to one algorithm's state, hashed
-/// with a randomly seeded fast hasher (callers choose their keys, so the
-/// seed must be secret; foldhash seeds every map from process randomness).
-type Map<V> = DashMap<Box<[u8]>, V, foldhash::fast::RandomState>;
+/// Work units one automatic sweep step may spend (see `shards.rs`: a bucket
+/// visited costs 1, an entry removed 33, a shard locked 8): 2,048 buckets
+/// looked at, or about 60 idle entries removed, a few microseconds (see
+/// `BENCHMARKS.md`, "The local store's sweep").
+const STEP_BUDGET: usize = 2_048;
 
-fn new_map<V>() -> Map<V> {
-    DashMap::with_hasher(foldhash::fast::RandomState::default())
-}
+/// Work units an explicit [`DashMapStore::sweep`] spends per shard lock it
+/// takes, so that it never holds one long.
+const FULL_SWEEP_CHUNK: usize = 8 * STEP_BUDGET;
+
+/// Maps walked by a sweep, in order: the five single-quota maps, then the
+/// multi-quota map.
+const MAPS: usize = 6;
 
 /// A window algorithm's state and the time after which it equals a fresh
 /// caller's.
@@ -31,7 +36,25 @@ struct Timed<S> {
     expires_at: Micros,
 }
 
-/// An in-process store: [`DashMap`]s of caller → state over the core model.
+/// Where the automatic sweep stands. A pass walks every shard of every map
+/// in order, one bounded slice per step.
+#[derive(Debug, Default)]
+struct Cursor {
+    /// Whether a pass is under way.
+    active: bool,
+    map: usize,
+    shard: usize,
+    bucket: usize,
+    /// Clock time of the pass's first step.
+    started: Micros,
+    /// Buckets and shards in every map when the pass started.
+    total: u64,
+    /// Buckets and shards walked so far in this pass.
+    walked: u64,
+}
+
+/// An in-process store: sharded hash maps of caller → state over the core
+/// model.
 ///
 /// **Per-process protection only**: with N instances behind a load balancer,
 /// a limit of L becomes N × L. Share state through Redis to enforce one limit
@@ -42,29 +65,40 @@ struct Timed<S> {
 ///
 /// | algorithm | entry |
 /// |---|---|
-/// | token bucket, whole µs per token (`refill == 1`) | one `AtomicU64`: the theoretical arrival time, updated by compare-and-swap under the map's read lock |
+/// | token bucket, whole µs per token (`refill == 1`) | one `AtomicU64`: the theoretical arrival time, updated by compare-and-swap under the shard's read lock |
 /// | token bucket, sub-µs remainder (`refill > 1`) | the two-word state, under the shard's write lock |
 /// | fixed window, sliding window counter | the counters and an expiry |
 /// | sliding log | the log and an expiry |
 ///
-/// Idle entries are evicted after their derived TTL by an amortized sweep
-/// (see the crate docs). The default clock is a [`FastClock`].
+/// Each map is split into shards the way `dashmap` splits one (a read-write
+/// lock over a `hashbrown` table per shard, four shards per core rounded up
+/// to a power of two); the name
+/// is from when it was a `dashmap::DashMap`. The shards are the crate's own
+/// so that a sweep can walk one a few thousand buckets at a time.
+///
+/// Idle entries are evicted after their derived TTL by an incremental sweep
+/// that costs each request at most a bounded slice of work (see the crate
+/// docs). The default clock is a [`FastClock`].
 pub struct DashMapStore {
     multi: MultiMap,
-    buckets: Map<AtomicU64>,
-    fine_buckets: Map<TokenBucketState>,
-    fixed: Map<Timed<FixedWindowState>>,
-    sliding: Map<Timed<SlidingWindowState>>,
-    logs: Map<Timed<SlidingLogState>>,
+    buckets: ShardedMap<AtomicU64>,
+    fine_buckets: ShardedMap<TokenBucketState>,
+    fixed: ShardedMap<Timed<FixedWindowState>>,
+    sliding: ShardedMap<Timed<SlidingWindowState>>,
+    logs: ShardedMap<Timed<SlidingLogState>>,
     clock: Arc<dyn Clock>,
     sweep_interval: Micros,
-    next_sweep: AtomicU64,
+    /// Clock time at or after which the next call takes a sweep step.
+    next_step: AtomicU64,
+    /// Held (never waited for) by the call taking a step.
+    cursor: Mutex<Cursor>,
 }
 
 impl std::fmt::Debug for DashMapStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DashMapStore")
             .field("entries", &self.len())
+            .field("capacity", &self.capacity())
             .field("clock", &self.clock)
             .field("sweep_interval_micros", &self.sweep_interval)
             .finish()
@@ -88,23 +122,28 @@ impl DashMapStore {
         let clock: Arc<dyn Clock> = Arc::new(clock);
         let interval = ratelimit_core::clock::duration_to_micros(DEFAULT_SWEEP_INTERVAL);
         Self {
-            buckets: new_map(),
-            fine_buckets: new_map(),
-            fixed: new_map(),
-            sliding: new_map(),
-            logs: new_map(),
+            buckets: ShardedMap::default(),
+            fine_buckets: ShardedMap::default(),
+            fixed: ShardedMap::default(),
+            sliding: ShardedMap::default(),
+            logs: ShardedMap::default(),
             multi: MultiMap::default(),
-            next_sweep: AtomicU64::new(clock.now().saturating_add(interval)),
+            next_step: AtomicU64::new(clock.now().saturating_add(interval)),
             clock,
             sweep_interval: interval,
+            cursor: Mutex::new(Cursor::default()),
         }
     }
 
-    /// Sets the minimum clock time between automatic sweeps. `Duration::MAX`
+    /// Sets the clock time in which the automatic sweep walks every map once
+    /// (default 1 s; the first pass starts one interval after this call).
+    /// An idle entry is evicted within about two intervals of its TTL
+    /// passing, given traffic (steps are taken by decisions). `Duration::MAX`
     /// turns automatic sweeps off (call [`DashMapStore::sweep`] yourself).
     pub fn sweep_interval(mut self, interval: Duration) -> Self {
         self.sweep_interval = ratelimit_core::clock::duration_to_micros(interval);
-        self.next_sweep = AtomicU64::new(self.clock.now().saturating_add(self.sweep_interval));
+        self.next_step = AtomicU64::new(self.clock.now().saturating_add(self.sweep_interval));
+        self.cursor = Mutex::new(Cursor::default());
         self
     }
 
@@ -123,52 +162,172 @@ impl DashMapStore {
         self.len() == 0
     }
 
-    /// Removes every entry whose TTL has passed; returns how many were removed.
+    /// Number of callers the store's tables hold without growing. It falls
+    /// back after a large eviction: the sweep shrinks the tables it empties.
+    pub fn capacity(&self) -> usize {
+        self.buckets.capacity()
+            + self.fine_buckets.capacity()
+            + self.fixed.capacity()
+            + self.sliding.capacity()
+            + self.logs.capacity()
+            + self.multi.capacity()
+    }
+
+    /// Removes every entry whose TTL has passed and shrinks every table to
+    /// fit; returns how many entries were removed.
+    ///
+    /// This walks every map: its cost grows with the number of stored
+    /// callers (tens of milliseconds for a few hundred thousand), so it is
+    /// meant for a background task or a maintenance hook, not for the
+    /// request path, which the automatic sweep already serves a bounded
+    /// slice at a time. It holds each shard's lock for a bounded slice of
+    /// the walk, so decisions proceed in between (the shrink at the end of
+    /// a shard moves that shard's remaining entries under its lock).
     pub fn sweep(&self) -> usize {
         let now = self.clock.now();
-        let before = self.len();
-        self.retain_live(now);
-        self.buckets.shrink_to_fit();
-        self.fine_buckets.shrink_to_fit();
-        self.fixed.shrink_to_fit();
-        self.sliding.shrink_to_fit();
-        self.logs.shrink_to_fit();
-        self.multi.shrink_to_fit();
-        before.saturating_sub(self.len())
+        let mut removed = 0;
+        for map in 0..MAPS {
+            for shard in 0..self.shards() {
+                let mut from = 0;
+                loop {
+                    let mut budget = Budget::new(FULL_SWEEP_CHUNK);
+                    let Some(w) = self.sweep_shard(map, shard, from, &mut budget, Mode::Full, now)
+                    else {
+                        break;
+                    };
+                    removed += w.removed;
+                    match w.next {
+                        Some(next) => from = next,
+                        None => break,
+                    }
+                }
+            }
+        }
+        removed
     }
 
-    /// Drops the entries equal to a fresh caller's at `now`.
-    fn retain_live(&self, now: Micros) {
-        // A bucket is full (fresh) once its theoretical arrival time has passed.
-        self.buckets.retain(|_, a| a.load(Ordering::Acquire) > now);
-        self.fine_buckets
-            .retain(|_, s| s.tat > now || (s.tat == now && s.rem > 0));
-        self.fixed.retain(|_, e| e.expires_at > now);
-        self.sliding.retain(|_, e| e.expires_at > now);
-        self.logs.retain(|_, e| e.expires_at > now);
-        self.multi.sweep(now);
+    /// Shards per map (every map has as many).
+    fn shards(&self) -> usize {
+        self.buckets.shards()
     }
 
+    /// Buckets and shards a pass walks.
+    fn walk_len(&self) -> usize {
+        self.buckets.walk_len()
+            + self.fine_buckets.walk_len()
+            + self.fixed.walk_len()
+            + self.sliding.walk_len()
+            + self.logs.walk_len()
+            + self.multi.walk_len()
+    }
+
+    /// One bounded slice of shard `shard` of map `map`, dropping the entries
+    /// equal to a fresh caller's at `now`.
+    fn sweep_shard(
+        &self,
+        map: usize,
+        shard: usize,
+        from: usize,
+        budget: &mut Budget,
+        mode: Mode,
+        now: Micros,
+    ) -> Option<Walk> {
+        match map {
+            // A bucket is full (fresh) once its theoretical arrival time has passed.
+            0 => self
+                .buckets
+                .sweep_shard(shard, from, budget, mode, |tat| *tat.get_mut() > now),
+            1 => self
+                .fine_buckets
+                .sweep_shard(shard, from, budget, mode, |s| {
+                    s.tat > now || (s.tat == now && s.rem > 0)
+                }),
+            2 => self
+                .fixed
+                .sweep_shard(shard, from, budget, mode, |e| e.expires_at > now),
+            3 => self
+                .sliding
+                .sweep_shard(shard, from, budget, mode, |e| e.expires_at > now),
+            4 => self
+                .logs
+                .sweep_shard(shard, from, budget, mode, |e| e.expires_at > now),
+            _ => self.multi.sweep_shard(shard, from, budget, mode, now),
+        }
+    }
+
+    #[inline]
     fn maybe_sweep(&self, now: Micros) {
-        let due = self.next_sweep.load(Ordering::Relaxed);
-        if now < due {
+        if now >= self.next_step.load(Ordering::Relaxed) {
+            self.sweep_step(now);
+        }
+    }
+
+    /// One step of the automatic sweep: at most [`STEP_BUDGET`] work units
+    /// from where the previous step stopped, skipping a shard another call
+    /// holds. Steps are paced so that a pass walks every map in about one
+    /// sweep interval; passes start at most once per interval.
+    #[cold]
+    fn sweep_step(&self, now: Micros) {
+        let mut c = match self.cursor.try_lock() {
+            Ok(c) => c,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            // Another call is taking a step.
+            Err(TryLockError::WouldBlock) => return,
+        };
+        if now < self.next_step.load(Ordering::Relaxed) {
+            // Another call took this step in the meantime.
             return;
         }
-        self.sweep_from(due, now);
-    }
-
-    #[cold]
-    fn sweep_from(&self, due: Micros, now: Micros) {
-        let next = now.saturating_add(self.sweep_interval);
-        // Only the call that moves `next_sweep` sweeps.
-        if self
-            .next_sweep
-            .compare_exchange(due, next, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            self.retain_live(now);
+        if !c.active {
+            *c = Cursor {
+                active: true,
+                started: now,
+                total: self.walk_len() as u64,
+                ..Cursor::default()
+            };
         }
+        let shards = self.shards();
+        let mut budget = Budget::new(STEP_BUDGET);
+        while c.active && !budget.is_spent() {
+            let Some(w) = self.sweep_shard(c.map, c.shard, c.bucket, &mut budget, Mode::Step, now)
+            else {
+                // Contended: the next call tries this shard again.
+                break;
+            };
+            c.walked += w.visited as u64;
+            match w.next {
+                Some(next) => c.bucket = next,
+                None => {
+                    c.walked += 1;
+                    c.bucket = 0;
+                    c.shard += 1;
+                    if c.shard >= shards {
+                        c.shard = 0;
+                        c.map += 1;
+                    }
+                    c.active = c.map < MAPS;
+                }
+            }
+        }
+        let next = if c.active {
+            pace(c.started, self.sweep_interval, c.walked, c.total)
+        } else {
+            c.started.saturating_add(self.sweep_interval)
+        };
+        self.next_step.store(next, Ordering::Relaxed);
     }
+}
+
+/// When a pass that started at `started` and walks `total` buckets in
+/// `interval` is due to have walked `walked`: the time of the next step.
+/// A pass that has fallen behind (more idle entries than usual to remove,
+/// or few calls to take steps) is due at once.
+fn pace(started: Micros, interval: Micros, walked: u64, total: u64) -> Micros {
+    if total == 0 {
+        return started;
+    }
+    let at = u128::from(interval) * u128::from(walked.min(total)) / u128::from(total);
+    started.saturating_add(u64::try_from(at).unwrap_or(u64::MAX))
 }
 
 /// Map keys up to this many bytes are built on the stack, so a call for a
@@ -283,11 +442,11 @@ impl DashMapStore {
     }
 
     /// A token bucket of whole microseconds per token: the hot path takes
-    /// the map's read lock and updates one atomic word.
+    /// the shard's read lock and updates one atomic word.
     #[inline]
     fn bucket(&self, k: &[u8], b: &Bucket, now: Micros, cost: u64) -> Decision {
         if let Some(word) = self.buckets.get(k) {
-            return bucket_step(word.value(), b, now, cost);
+            return bucket_step(&word, b, now, cost);
         }
         self.new_bucket(k, b, now, cost)
     }
@@ -297,34 +456,42 @@ impl DashMapStore {
         // The policy had a rate with a sub-µs remainder: the state stays in
         // that map (a denial keeps the remainder, as the model does).
         if let Some(mut s) = self.fine_buckets.get_mut(k) {
-            return fine_step(s.value_mut(), b, now, cost);
+            return fine_step(&mut s, b, now, cost);
         }
-        // The entry API re-checks under the shard lock: another call may
-        // have inserted the key in the meantime.
-        let word = self
-            .buckets
-            .entry(Box::from(k))
-            .or_insert_with(|| AtomicU64::new(0));
-        bucket_step(word.value(), b, now, cost)
+        // The insert re-checks under the shard lock: another call may have
+        // inserted the key in the meantime.
+        self.buckets.update_or_insert(
+            k,
+            |word| bucket_step(word, b, now, cost),
+            || {
+                let word = AtomicU64::new(0);
+                let d = bucket_step(&word, b, now, cost);
+                (Some(word), d)
+            },
+        )
     }
 
     /// A token bucket whose rate leaves a sub-microsecond remainder: two
     /// words, updated under the shard's write lock.
     fn fine_bucket(&self, k: &[u8], b: &Bucket, now: Micros, cost: u64) -> Decision {
         if let Some(mut s) = self.fine_buckets.get_mut(k) {
-            return fine_step(s.value_mut(), b, now, cost);
+            return fine_step(&mut s, b, now, cost);
         }
         // The policy had a rate of whole µs per token: carry its state over
         // (a remainder of 0, so nothing is lost).
-        let carried = self.buckets.remove(k).map(|(_, a)| TokenBucketState {
+        let carried = self.buckets.remove(k).map(|a| TokenBucketState {
             tat: a.into_inner(),
             rem: 0,
         });
-        let mut s = self
-            .fine_buckets
-            .entry(Box::from(k))
-            .or_insert(carried.unwrap_or_default());
-        fine_step(s.value_mut(), b, now, cost)
+        self.fine_buckets.update_or_insert(
+            k,
+            |s| fine_step(s, b, now, cost),
+            || {
+                let mut s = carried.unwrap_or_default();
+                let d = fine_step(&mut s, b, now, cost);
+                (Some(s), d)
+            },
+        )
     }
 }
 
@@ -339,7 +506,7 @@ fn fine_step(s: &mut TokenBucketState, b: &Bucket, now: Micros, cost: u64) -> De
 
 /// A window algorithm: its entry under the shard's write lock.
 fn windowed<S: Windowed + Default>(
-    map: &Map<Timed<S>>,
+    map: &ShardedMap<Timed<S>>,
     k: &[u8],
     quota: &Quota,
     now: Micros,
@@ -347,21 +514,24 @@ fn windowed<S: Windowed + Default>(
 ) -> Result<Decision> {
     // Fast path: the caller has state; look it up by the borrowed key.
     if let Some(mut e) = map.get_mut(k) {
-        return step_timed(e.value_mut(), quota, now, cost);
+        return step_timed(&mut e, quota, now, cost);
     }
-    // A new caller: the entry API re-checks under the shard lock, as
-    // another call may have inserted the key in the meantime.
-    match map.entry(Box::from(k)) {
-        dashmap::Entry::Occupied(mut o) => step_timed(o.get_mut(), quota, now, cost),
-        dashmap::Entry::Vacant(v) => {
-            let step = model::decide(quota, None, now, cost)?;
-            v.insert(Timed {
-                state: S::unwrap(step.state).unwrap_or_default(),
-                expires_at: now.saturating_add(step.ttl),
-            });
-            Ok(step.decision)
-        }
-    }
+    // A new caller: the insert re-checks under the shard lock, as another
+    // call may have inserted the key in the meantime.
+    map.update_or_insert(
+        k,
+        |e| step_timed(e, quota, now, cost),
+        || match model::decide(quota, None, now, cost) {
+            Ok(step) => (
+                Some(Timed {
+                    state: S::unwrap(step.state).unwrap_or_default(),
+                    expires_at: now.saturating_add(step.ttl),
+                }),
+                Ok(step.decision),
+            ),
+            Err(e) => (None, Err(e.into())),
+        },
+    )
 }
 
 #[async_trait]
@@ -393,6 +563,7 @@ impl Store for DashMapStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shards::{REMOVE_COST, SLOT_COST};
     use ratelimit_core::{ManualClock, Rate};
 
     #[tokio::test]
@@ -427,8 +598,147 @@ mod tests {
         }
         assert_eq!(store.len(), 1000);
         clock.advance(Duration::from_secs(2));
-        store.decide(b"new", &q, 1).await.unwrap();
+        // Calls over the next interval take the sweep's steps.
+        for _ in 0..1000 {
+            clock.advance(Duration::from_millis(1));
+            store.decide(b"new", &q, 1).await.unwrap();
+        }
         assert_eq!(store.len(), 1, "only the new caller is left");
+    }
+
+    /// At most this many entries are removed by one automatic step.
+    const STEP_REMOVES_AT_MOST: usize = STEP_BUDGET / (REMOVE_COST + SLOT_COST) + 1;
+
+    const CALLERS: u32 = 200_000;
+
+    /// Quotas over every map of the store, each `(quota for idle callers,
+    /// quota for live ones)`: the idle ones keep state for at most 2 s, the
+    /// live ones for at least 20 minutes.
+    fn quotas() -> Vec<(Quota, Quota)> {
+        vec![
+            (
+                Quota::token_bucket(Rate::per_second(100), 10).unwrap(),
+                Quota::token_bucket(Rate::per_hour(3), 3).unwrap(),
+            ),
+            (
+                // Rates with a sub-µs remainder: the two-word map.
+                Quota::token_bucket(Rate::per_second(7), 3).unwrap(),
+                Quota::token_bucket(Rate::per_hour(7), 3).unwrap(),
+            ),
+            (
+                Quota::fixed_window(Rate::per_second(3)).unwrap(),
+                Quota::fixed_window(Rate::per_hour(3)).unwrap(),
+            ),
+            (
+                Quota::sliding_window(Rate::per_second(3)).unwrap(),
+                Quota::sliding_window(Rate::per_hour(3)).unwrap(),
+            ),
+            (
+                Quota::sliding_log(Rate::per_second(3)).unwrap(),
+                Quota::sliding_log(Rate::per_hour(3)).unwrap(),
+            ),
+        ]
+    }
+
+    /// `CALLERS` idle callers spread over all six maps (the sixth: callers
+    /// checked against two quotas at once), and `live` live callers per map;
+    /// every caller has made one call.
+    async fn filled(clock: &ManualClock, live: u32) -> DashMapStore {
+        let store = DashMapStore::with_clock(clock.clone());
+        let quotas = quotas();
+        let maps = quotas.len() as u32 + 1;
+        for i in 0..CALLERS + live * maps {
+            let (idle, live_caller) = (i < CALLERS, i >= CALLERS);
+            let m = (i % maps) as usize;
+            let key = i.to_be_bytes();
+            if m < quotas.len() {
+                let q = if live_caller {
+                    &quotas[m].1
+                } else {
+                    &quotas[m].0
+                };
+                assert!(store.decide(&key, q, 1).await.unwrap().allowed);
+            } else {
+                let pick = |p: usize| if idle { &quotas[p].0 } else { &quotas[p].1 };
+                let charges = [Charge::new(pick(0), 1), Charge::new(pick(2), 1)];
+                let d = store.decide_all(&key, &charges).await.unwrap();
+                assert!(d.iter().all(|d| d.allowed));
+            }
+        }
+        assert_eq!(store.len(), (CALLERS + live * maps) as usize);
+        store
+    }
+
+    /// The first decision after the interval, when 200,000 callers have
+    /// expired, removes a bounded slice of them, not all.
+    #[tokio::test]
+    async fn one_decision_removes_a_bounded_slice_of_idle_callers() {
+        let clock = ManualClock::new(1_800_000_000_000_000);
+        let store = filled(&clock, 0).await;
+        clock.advance(Duration::from_secs(3));
+        let q = Quota::fixed_window(Rate::per_second(10)).unwrap();
+        store.decide(b"new", &q, 1).await.unwrap();
+        let removed = CALLERS as usize + 1 - store.len();
+        assert!(removed >= 1, "the step removed nothing");
+        assert!(
+            removed <= STEP_REMOVES_AT_MOST,
+            "one decision removed {removed} callers"
+        );
+        // The explicit sweep still removes every idle caller at once.
+        assert_eq!(store.sweep(), CALLERS as usize - removed);
+        assert_eq!(store.len(), 1);
+    }
+
+    /// Decisions over simulated time evict every idle caller, a bounded
+    /// slice per decision, keep every live caller's state, and give the
+    /// tables' memory back.
+    #[tokio::test]
+    async fn decisions_over_time_evict_every_idle_caller_and_no_live_one() {
+        let clock = ManualClock::new(1_800_000_000_000_000);
+        let live = 100;
+        let store = filled(&clock, live).await;
+        let capacity = store.capacity();
+        assert!(capacity >= CALLERS as usize);
+        clock.advance(Duration::from_secs(3));
+        let traffic = Quota::token_bucket(Rate::per_second(1_000_000), 1_000).unwrap();
+        let live_total = (live * 6) as usize;
+        let mut len = store.len();
+        let mut calls = 0;
+        while len > live_total + 1 {
+            assert!(calls < 100_000, "{len} callers left after {calls} calls");
+            clock.advance(Duration::from_millis(1));
+            store.decide(b"traffic", &traffic, 1).await.unwrap();
+            let now = store.len();
+            assert!(
+                len + 1 - now <= STEP_REMOVES_AT_MOST,
+                "one decision removed {} callers",
+                len + 1 - now
+            );
+            len = now;
+            calls += 1;
+        }
+        assert_eq!(store.len(), live_total + 1);
+        // Every live caller kept its state: its second call leaves 1 of 3.
+        let quotas = quotas();
+        let maps = quotas.len() as u32 + 1;
+        for i in CALLERS..CALLERS + live * maps {
+            let m = (i % maps) as usize;
+            let key = i.to_be_bytes();
+            if m < quotas.len() {
+                let d = store.decide(&key, &quotas[m].1, 1).await.unwrap();
+                assert_eq!(d.remaining, 1, "caller {i}, map {m}");
+            } else {
+                let charges = [Charge::new(&quotas[0].1, 1), Charge::new(&quotas[2].1, 1)];
+                let d = store.decide_all(&key, &charges).await.unwrap();
+                assert!(d.iter().all(|d| d.remaining == 1), "caller {i}: {d:?}");
+            }
+        }
+        // The emptied tables were shrunk.
+        assert!(
+            store.capacity() < capacity / 20,
+            "capacity {} after eviction, {capacity} before",
+            store.capacity()
+        );
     }
 
     #[tokio::test]

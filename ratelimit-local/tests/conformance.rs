@@ -1,13 +1,16 @@
 //! The shared conformance suite (contracts 1-9 and 11) against `DashMapStore`, at
-//! the in-process case counts.
+//! the in-process case counts: with the default sweep, and with a sweep step
+//! on every call.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ratelimit_core::{ManualClock, Store, SystemClock};
 use ratelimit_local::DashMapStore;
 use ratelimit_testkit::conformance::concurrency_report;
 use ratelimit_testkit::{StoreFactory, SuiteConfig, run_all};
 
+/// Stores with the default sweep interval (1 s).
 struct Local;
 
 #[async_trait::async_trait]
@@ -22,6 +25,23 @@ impl StoreFactory for Local {
     }
 }
 
+/// Stores whose automatic sweep takes a step on every call: if a step ever
+/// removed a caller whose state differs from a fresh one, a contract would
+/// catch the changed decision.
+struct SweepEveryCall;
+
+#[async_trait::async_trait]
+impl StoreFactory for SweepEveryCall {
+    async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>> {
+        let store = match clock {
+            Some(c) => DashMapStore::with_clock(c),
+            None => DashMapStore::with_clock(SystemClock),
+        };
+        let store: Arc<dyn Store> = Arc::new(store.sweep_interval(Duration::ZERO));
+        vec![store; n]
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn dashmap_store_meets_every_contract() {
     let t = std::time::Instant::now();
@@ -29,6 +49,13 @@ async fn dashmap_store_meets_every_contract() {
         panic!("{v}");
     }
     println!("local conformance: {:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_sweeping_on_every_call_meets_every_contract() {
+    if let Err(v) = run_all(&SweepEveryCall, &SuiteConfig::in_process()).await {
+        panic!("{v}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
