@@ -32,6 +32,9 @@ SHA_TB=$(cli SCRIPT LOAD "$(cat $OURS)")
 SHA_NAIVE=$(cli SCRIPT LOAD "$(cat $NAIVE)")
 SHA_PROTO=$(cli SCRIPT LOAD "$(cat $PROTO)")
 SHA_LOG=$(cli SCRIPT LOAD "$(cat $LOG)")
+SHA_MULTI=$(cli SCRIPT LOAD "$(cat ratelimit-redis/src/scripts/multi.lua)")
+SHA_FW=$(cli SCRIPT LOAD "$(cat ratelimit-redis/src/scripts/fixed_window.lua)")
+SHA_SW=$(cli SCRIPT LOAD "$(cat ratelimit-redis/src/scripts/sliding_window.lua)")
 SHA_TRIVIAL=$(cli SCRIPT LOAD "return {1, 0, 0, -1}")
 cli FUNCTION LOAD REPLACE "#!lua name=ratelimit_bench
 local function token_bucket(KEYS, ARGV)
@@ -106,3 +109,14 @@ measure "ours sliding log (sl2), 10 entries, denying" EVALSHA "$SHA_LOG" 1 log10
 measure "ours sliding log (sl2), 100,000 entries, denying" EVALSHA "$SHA_LOG" 1 log100000 "" 0 "$DL" 1 100000 3600000000
 measure "ours sliding log (sl2), 10 entries growing by the calls, admitting" EVALSHA "$SHA_LOG" 1 log10 "" 0 "$DL" 1 100000 3600000000
 measure "ours sliding log (sl2), 95,000 entries growing to 100,000, admitting" EVALSHA "$SHA_LOG" 1 log95000 "" 0 "$DL" 1 100000 3600000000
+# Several quotas in one call (issue 12): every call admitted, limits far
+# above N; the 3 quotas are a fixed window, a sliding window counter and a
+# token bucket, as in benches/multi_cost.sh.
+TB_ARGS=(1 1 1000000000 1)
+WIN_ARGS=(1 1000000000 1000000)
+measure "single token bucket script (a 1-quota call)" EVALSHA "$SHA_TB" 1 "m:{c}:tb2" "" 0 "$DL" "${TB_ARGS[@]}"
+measure "single fixed window script" EVALSHA "$SHA_FW" 1 "m:{c}:fw" "" 0 "$DL" "${WIN_ARGS[@]}"
+measure "single sliding window script" EVALSHA "$SHA_SW" 1 "m:{c}:sw" "" 0 "$DL" "${WIN_ARGS[@]}"
+measure "multi-quota script, the token bucket alone" EVALSHA "$SHA_MULTI" 1 "m:{c}:tb2" "" 0 "$DL" 4 0 "${TB_ARGS[@]}"
+measure "multi-quota script, 3 quotas (a 3-quota call)" EVALSHA "$SHA_MULTI" 3 "m:{c}:fw" "m:{c}:sw" "m:{c}:tb2" "" 0 "$DL" \
+    1 0 "${WIN_ARGS[@]}" 2 0 "${WIN_ARGS[@]}" 4 0 "${TB_ARGS[@]}"

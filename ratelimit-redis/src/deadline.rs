@@ -45,6 +45,11 @@ pub const SKEW_ALLOWANCE: Duration = Duration::from_millis(1);
 /// nothing.
 pub const NO_DEADLINE_YET: i64 = -1;
 
+/// How often a server clock's offset is refreshed: a call whose clock was
+/// last observed longer ago asks the script to return `TIME` (one integer
+/// more in the reply); the others do not.
+pub const REFRESH: Duration = Duration::from_secs(1);
+
 /// No offset learnt yet.
 const UNKNOWN: i64 = i64::MIN;
 
@@ -54,6 +59,8 @@ const UNKNOWN: i64 = i64::MIN;
 pub struct ServerClock {
     base: Instant,
     offsets: Box<[AtomicI64]>,
+    /// When each offset was last learnt, in µs since `base`.
+    observed: Box<[AtomicI64]>,
 }
 
 impl ServerClock {
@@ -65,6 +72,7 @@ impl ServerClock {
             offsets: (0..clocks.max(1))
                 .map(|_| AtomicI64::new(UNKNOWN))
                 .collect(),
+            observed: (0..clocks.max(1)).map(|_| AtomicI64::new(0)).collect(),
         }
     }
 
@@ -86,8 +94,11 @@ impl ServerClock {
         &self.offsets[index % self.offsets.len()]
     }
 
-    /// The deadline to send to server clock `index`, in its µs: the local
-    /// `deadline` translated by the latest offset, less [`SKEW_ALLOWANCE`];
+    /// `ARGV[3]` for a call to server clock `index` whose caller waits
+    /// until `deadline` (see [`crate::scripts`]): the deadline in the
+    /// server's µs (the local one translated by the latest offset, less
+    /// [`SKEW_ALLOWANCE`]), negated as `-(deadline + 1)` when the offset is
+    /// due for a refresh ([`REFRESH`]) so the reply carries `TIME`;
     /// [`NO_DEADLINE_YET`] before the first reply. `None` when `deadline`
     /// has already passed here: nothing should be sent.
     pub fn server_deadline(&self, index: usize, deadline: Instant) -> Option<i64> {
@@ -106,7 +117,14 @@ impl ServerClock {
             .saturating_sub(allowance);
         // A server whose clock reads before the Unix epoch plus the
         // allowance is not one this arithmetic serves: send no deadline.
-        Some(if at > 0 { at } else { NO_DEADLINE_YET })
+        let at = at.max(0);
+        let refresh = i64::try_from(REFRESH.as_micros()).unwrap_or(i64::MAX);
+        let seen = self.observed[index % self.observed.len()].load(Ordering::Relaxed);
+        Some(if self.local_micros(now) - seen >= refresh {
+            -1 - at
+        } else {
+            at
+        })
     }
 
     /// Learns from a reply: server clock `index` read `server_now` µs, and
@@ -115,8 +133,10 @@ impl ServerClock {
         if server_now <= 0 {
             return;
         }
-        let offset = server_now.saturating_sub(self.local_micros(received));
+        let local = self.local_micros(received);
+        let offset = server_now.saturating_sub(local);
         self.slot(index).store(offset, Ordering::Relaxed);
+        self.observed[index % self.observed.len()].store(local, Ordering::Relaxed);
     }
 
     /// The latest offset learnt for server clock `index` (server µs minus
@@ -147,8 +167,17 @@ mod tests {
         c.observe(0, server, received);
         let deadline = received + Duration::from_millis(20);
         let sent = c.server_deadline(0, deadline).unwrap();
-        // Exactly 20 ms after the observed server time, less 1 ms.
+        // Exactly 20 ms after the observed server time, less 1 ms; the
+        // offset is fresh, so TIME is not asked for.
         assert_eq!(sent, server + 20_000 - 1_000);
+        // Observed over a second ago: TIME is asked for (negated).
+        let old = Instant::now();
+        c.observe(0, server, old);
+        c.observed[0].store(c.local_micros(old) - 2_000_000, Ordering::Relaxed);
+        let sent = c
+            .server_deadline(0, old + Duration::from_millis(20))
+            .unwrap();
+        assert_eq!(sent, -1 - (server + 20_000 - 1_000));
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub enum Reply<'a> {
 }
 
 /// Splits a raw script reply: `{-1, server µs}` (expired), or a multiple
-/// of 4 integers followed by the server's µs (`-1` if not read).
+/// of 4 integers, followed by the server's µs when the call asked for it.
 ///
 /// ```
 /// use ratelimit_redis::decode::{Reply, split};
@@ -105,10 +105,15 @@ pub enum Reply<'a> {
 ///     panic!()
 /// };
 /// assert_eq!((decisions, server_now), (&[1, 4, 100, -1][..], Some(7)));
+/// assert!(matches!(split(&[1, 4, 100, -1]).unwrap(), Reply::Decided { server_now: None, .. }));
 /// ```
 pub fn split(reply: &[i64]) -> Result<Reply<'_>, StoreError> {
     match reply {
         &[-1, server_now] => Ok(Reply::Expired { server_now }),
+        decisions if !decisions.is_empty() && decisions.len() % 4 == 0 => Ok(Reply::Decided {
+            decisions,
+            server_now: None,
+        }),
         [decisions @ .., last] if !decisions.is_empty() && decisions.len() % 4 == 0 => {
             Ok(Reply::Decided {
                 decisions,
@@ -141,7 +146,8 @@ mod tests {
     #[test]
     fn splits_replies() {
         assert!(split(&[]).is_err());
-        assert!(split(&[1, 2, 3, 4]).is_err());
+        assert!(split(&[1, 2, 3]).is_err());
+        assert!(split(&[1, 2, 3, 4, 5, 6]).is_err());
         assert!(split(&[-1]).is_err());
         assert_eq!(
             split(&[1, 2, 3, -1, -1]).unwrap(),

@@ -288,13 +288,16 @@ impl Engine {
                     ));
                 }
             };
-        let server_now = match raw.as_slice() {
-            [.., last] => *last,
-            [] => -1,
-        };
-        shared
-            .server_clock
-            .observe(index, server_now, Instant::now());
+        match decode::split(&raw) {
+            Ok(Reply::Decided {
+                server_now: Some(t),
+                ..
+            })
+            | Ok(Reply::Expired { server_now: t }) => {
+                shared.server_clock.observe(index, t, Instant::now());
+            }
+            _ => {}
+        }
         shared.answered.fetch_max(ticket, Ordering::AcqRel);
         Ok(raw)
     }

@@ -18,14 +18,14 @@
 //! | `KEYS[1]` | the caller's key, from [`crate::keys::key`] |
 //! | `ARGV[1]` | now in µs since the epoch, or `""` to use the server's `TIME` |
 //! | `ARGV[2]` | minimum expiry in ms (0 with the server clock; see [`INJECTED_CLOCK_MIN_EXPIRY`]) |
-//! | `ARGV[3]` | the deadline in the server's µs, after which the caller no longer waits; `0` for none, `-1` for none but return `TIME` (see [`crate::deadline`]) |
+//! | `ARGV[3]` | the deadline in the server's µs, after which the caller no longer waits, `0` for none; negated as `-(deadline + 1)` to also return `TIME` (`-1`: no deadline, return `TIME`; see [`crate::deadline`]) |
 //! | `ARGV[4..]` | fixed window, sliding window, sliding log: cost, limit, window µs; token bucket: `cost * unit`, refill, full, unit |
 //!
-//! Reply: `{allowed (0/1), remaining, reset_after_us, retry_after_us or -1,
-//! server µs}` (the server's `TIME` as the script read it, `-1` if it did
-//! not: an injected clock and no deadline), or `{-1, server µs}` when
-//! `TIME` is past the deadline: **expired, nothing read or written**. Split
-//! by [`crate::decode::split`], decoded by [`crate::decode::decision`].
+//! Reply: `{allowed (0/1), remaining, reset_after_us, retry_after_us or -1}`,
+//! followed by the server's `TIME` in µs when `ARGV[3]` asked for it; or
+//! `{-1, server µs}` when `TIME` is past the deadline: **expired, nothing
+//! read or written**. Split by [`crate::decode::split`], decoded by
+//! [`crate::decode::decision`].
 //!
 //! # Several quotas in one call
 //!
@@ -47,7 +47,7 @@
 //! | then per quota | the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[4..]` |
 //!
 //! Reply: 4 integers per quota, in order, each group as a single script's
-//! first four, then the server's µs; or `{-1, server µs}` when expired.
+//! reply, then the server's µs if asked; or `{-1, server µs}` when expired.
 //! Built by [`args_multi`] and decoded by [`crate::decode::decisions`].
 //!
 //! Stored state (one key per caller, policy and algorithm; the layouts and
@@ -265,8 +265,9 @@ impl Call {
         }
     }
 
-    /// Sets `ARGV[3]`, the deadline in the server's µs (`0`: none; `-1`:
-    /// none, but return the server's `TIME`; see [`crate::deadline`]).
+    /// Sets `ARGV[3]`, the deadline in the server's µs (`0`: none;
+    /// `-(deadline + 1)`: also return the server's `TIME`; see
+    /// [`crate::deadline`]).
     pub fn set_deadline(&mut self, server_micros: i64) {
         if let Some(a) = self.args.get_mut(2) {
             *a = server_micros.to_string();

@@ -4,15 +4,15 @@
 -- KEYS[i]  quota i's key (a sliding log also uses KEYS[i] .. ':c')
 -- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
 -- ARGV[2]  minimum expiry in ms (0 with the server clock)
--- ARGV[3]  deadline in the server's µs (TIME), or 0 for none
+-- ARGV[3]  deadline in the server's µs (TIME), or 0 for none; -(deadline + 1)
+--          to also return TIME (-1: no deadline, return TIME)
 -- then, per quota, in KEYS order:
 --   kind (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket),
 --   shadow (0 or 1), then the single script's ARGV[4..]: cost, limit,
 --   window µs; or need = cost * unit, refill, full, unit for a bucket.
 -- Returns 4 integers per quota, in order: {allowed, remaining,
 -- reset_after_us, retry_after_us or -1}, that quota's own decision, then
--- the server's µs (or -1 if TIME was not read); or {-1, server µs} when
--- past the deadline.
+-- the server's µs if asked; or {-1, server µs} when past the deadline.
 --
 -- Two phases. First every quota is decided from its stored state, writing
 -- nothing; the call is admitted iff every enforced (non-shadow) quota
@@ -23,11 +23,15 @@
 -- All keys of one call share the caller's hash tag: one cluster slot.
 -- The server's TIME is read for "now" and for the deadline; past the
 -- deadline the caller has stopped waiting: return "expired", write nothing.
-local now, st, dl = ARGV[1], -1, tonumber(ARGV[3])
-if now == '' or dl ~= 0 then
+-- A negative ARGV[3], -(deadline + 1), also asks for TIME at the end of the
+-- reply (tail; nil ends the reply before it).
+local now, st, dl, tail = ARGV[1], -1, tonumber(ARGV[3]), nil
+if dl < 0 then dl, tail = -1 - dl, true end
+if now == '' or dl ~= 0 or tail then
   local t = redis.call('TIME')
   st = t[1] * 1000000 + t[2]
   if dl > 0 and st > dl then return {-1, st} end
+  if tail then tail = st end
 end
 if now == '' then now = st else now = tonumber(now) end
 local min_ms = tonumber(ARGV[2])
@@ -266,5 +270,5 @@ for i = 1, #KEYS do
     call('PEXPIRE', ckey, ms)
   end
 end
-out[#out + 1] = st
+out[#out + 1] = tail
 return out

@@ -10,12 +10,14 @@
 --          base: the cumulative cost of everything dropped so far.
 -- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
 -- ARGV[2]  minimum expiry in ms (0 with the server clock)
--- ARGV[3]  deadline in the server's µs (TIME), or 0 for none
+-- ARGV[3]  deadline in the server's µs (TIME), or 0 for none; -(deadline + 1)
+--          to also return TIME (-1: no deadline, return TIME)
 -- ARGV[4]  cost
 -- ARGV[5]  limit
 -- ARGV[6]  window in µs
--- Returns {allowed, remaining, reset_after_us, retry_after_us or -1,
--- server µs or -1}, or {-1, server µs} when past the deadline.
+-- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}, with
+-- the server's µs after them if asked, or {-1, server µs} when past the
+-- deadline.
 --
 -- Cumulative cost is monotone in time order, so with g the number of
 -- entries at t <= now - W (gone from the trailing window, one ZCOUNT):
@@ -28,11 +30,15 @@
 -- after it); only then). A denial writes nothing.
 -- The server's TIME is read for "now" and for the deadline; past the
 -- deadline the caller has stopped waiting: return "expired", write nothing.
-local now, st, dl = ARGV[1], -1, tonumber(ARGV[3])
-if now == '' or dl ~= 0 then
+-- A negative ARGV[3], -(deadline + 1), also asks for TIME at the end of the
+-- reply (tail; nil ends the reply before it).
+local now, st, dl, tail = ARGV[1], -1, tonumber(ARGV[3]), nil
+if dl < 0 then dl, tail = -1 - dl, true end
+if now == '' or dl ~= 0 or tail then
   local t = redis.call('TIME')
   st = t[1] * 1000000 + t[2]
   if dl > 0 and st > dl then return {-1, st} end
+  if tail then tail = st end
 end
 if now == '' then now = st else now = tonumber(now) end
 local cost, limit, width = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -121,7 +127,7 @@ if total + cost <= limit then
   redis.call('PEXPIRE', ckey, ms)
   local remaining = 0
   if limit > total + cost then remaining = limit - total - cost end
-  return {1, remaining, reset, -1, st}
+  return {1, remaining, reset, -1, tail}
 end
 
 -- Denied: wait until the oldest entries whose cost must leave have left.
@@ -129,4 +135,4 @@ local first = redis.call('ZRANGEBYSCORE', ckey, fmt('%d', top + cost - limit), '
 local t = tonumber(redis.call('ZSCORE', tkey, first[1]))
 local remaining = 0
 if limit > total then remaining = limit - total end
-return {0, remaining, newest + width - now, t + width - now, st}
+return {0, remaining, newest + width - now, t + width - now, tail}

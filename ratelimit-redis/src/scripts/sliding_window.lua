@@ -3,23 +3,29 @@
 -- KEYS[1]  the caller's key: the string `window:prev:curr`
 -- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
 -- ARGV[2]  minimum expiry in ms (0 with the server clock)
--- ARGV[3]  deadline in the server's µs (TIME), or 0 for none
+-- ARGV[3]  deadline in the server's µs (TIME), or 0 for none; -(deadline + 1)
+--          to also return TIME (-1: no deadline, return TIME)
 -- ARGV[4]  cost
 -- ARGV[5]  limit
 -- ARGV[6]  window in µs
--- Returns {allowed, remaining, reset_after_us, retry_after_us or -1,
--- server µs or -1}, or {-1, server µs} when past the deadline.
+-- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}, with
+-- the server's µs after them if asked, or {-1, server µs} when past the
+-- deadline.
 -- Every product is at most limit * window <= 2^53 - 1 (checked by the
 -- quota), so Lua's doubles hold every value exactly; math.fmod is exact, so
 -- (a - fmod(a, b)) / b is the exact floor of a / b. No closures; the state
 -- is split at its two ':' (no pattern matching).
 -- The server's TIME is read for "now" and for the deadline; past the
 -- deadline the caller has stopped waiting: return "expired", write nothing.
-local now, st, dl = ARGV[1], -1, tonumber(ARGV[3])
-if now == '' or dl ~= 0 then
+-- A negative ARGV[3], -(deadline + 1), also asks for TIME at the end of the
+-- reply (tail; nil ends the reply before it).
+local now, st, dl, tail = ARGV[1], -1, tonumber(ARGV[3]), nil
+if dl < 0 then dl, tail = -1 - dl, true end
+if now == '' or dl ~= 0 or tail then
   local t = redis.call('TIME')
   st = t[1] * 1000000 + t[2]
   if dl > 0 and st > dl then return {-1, st} end
+  if tail then tail = st end
 end
 if now == '' then now = st else now = tonumber(now) end
 local cost, limit, width = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -82,8 +88,8 @@ if allowed then
   local min_ms = tonumber(ARGV[2])
   if ms < min_ms then ms = min_ms end
   redis.call('SET', KEYS[1], string.format('%d:%d:%d', idx, prev, curr), 'PX', string.format('%d', ms))
-  return {1, remaining, reset, -1, st}
+  return {1, remaining, reset, -1, tail}
 end
 -- Denied: nothing is written. The stored state is the model's (the roll
 -- into a new window is computed on read).
-return {0, remaining, reset, retry, st}
+return {0, remaining, reset, retry, tail}

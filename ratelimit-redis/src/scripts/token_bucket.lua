@@ -4,13 +4,15 @@
 --          when the rate leaves a sub-µs remainder (rem in bucket units)
 -- ARGV[1]  now in µs since the epoch, or "" to read the server's TIME
 -- ARGV[2]  minimum expiry in ms (0 with the server clock)
--- ARGV[3]  deadline in the server's µs (TIME), or 0 for none
+-- ARGV[3]  deadline in the server's µs (TIME), or 0 for none; -(deadline + 1)
+--          to also return TIME (-1: no deadline, return TIME)
 -- ARGV[4]  need = cost * unit
 -- ARGV[5]  refill: units gained per µs
 -- ARGV[6]  full = capacity * unit
 -- ARGV[7]  unit: units per token
--- Returns {allowed, remaining, reset_after_us, retry_after_us or -1,
--- server µs or -1}, or {-1, server µs} when past the deadline.
+-- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}, with
+-- the server's µs after them if asked, or {-1, server µs} when past the
+-- deadline.
 -- Every value stays within full + refill <= 2^53 - 1 (checked by the quota),
 -- so Lua's doubles hold it exactly; math.fmod is exact, so
 -- (a - fmod(a, b)) / b is the exact floor of a / b for a >= 0 (and the
@@ -18,11 +20,15 @@
 -- Redis formatted as integers ('%d', exact below 2^53).
 -- The server's TIME is read for "now" and for the deadline; past the
 -- deadline the caller has stopped waiting: return "expired", write nothing.
-local now, st, dl = ARGV[1], -1, tonumber(ARGV[3])
-if now == '' or dl ~= 0 then
+-- A negative ARGV[3], -(deadline + 1), also asks for TIME at the end of the
+-- reply (tail; nil ends the reply before it).
+local now, st, dl, tail = ARGV[1], -1, tonumber(ARGV[3]), nil
+if dl < 0 then dl, tail = -1 - dl, true end
+if now == '' or dl ~= 0 or tail then
   local t = redis.call('TIME')
   st = t[1] * 1000000 + t[2]
   if dl > 0 and st > dl then return {-1, st} end
+  if tail then tail = st end
 end
 if now == '' then now = st else now = tonumber(now) end
 local need, refill, full = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -60,7 +66,7 @@ if rho <= room and delta <= (room - rho - fmod(room - rho, refill)) / refill the
     redis.call('SET', KEYS[1], string.format('%d:%d', now + whole, rem), 'PX', string.format('%d', ms))
   end
   local level = full - d
-  return {1, (level - fmod(level, unit)) / unit, reset, -1, st}
+  return {1, (level - fmod(level, unit)) / unit, reset, -1, tail}
 end
 -- Denied: nothing is written.
 local level = 0
@@ -72,4 +78,4 @@ if rho > 0 then reset = delta + 1 end
 local x = rho + need - full
 local q = (x - fmod(x, refill)) / refill
 if fmod(x, refill) > 0 then q = q + 1 end
-return {0, (level - fmod(level, unit)) / unit, reset, delta + q, st}
+return {0, (level - fmod(level, unit)) / unit, reset, delta + q, tail}
