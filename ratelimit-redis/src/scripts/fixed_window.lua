@@ -13,16 +13,17 @@
 -- Every number is an integer below 2^53, exact in Lua's doubles; math.fmod
 -- is exact, so (a - fmod(a, b)) / b is the exact floor of a / b. No
 -- closures; the state is split at its one ':' (no pattern matching).
--- The server's TIME is read for "now" and for the deadline; past the
--- deadline the caller has stopped waiting: return "expired", write nothing.
--- A negative ARGV[3], -(deadline + 1), also asks for TIME at the end of the
--- reply (tail; nil ends the reply before it).
-local now, st, dl, tail = ARGV[1], -1, tonumber(ARGV[3]), nil
-if dl < 0 then dl, tail = -1 - dl, true end
-if now == '' or dl ~= 0 or tail then
+-- The server's TIME is read for "now" and for the deadline (ARGV[3]),
+-- which is checked only before writing: a call that would write after it
+-- returns "expired" ({-1, TIME}) and writes nothing; a denial writes nothing
+-- anyway and is answered as usual. A negative ARGV[3], -(deadline + 1),
+-- also asks for TIME at the end of the reply (tail; nil ends the reply
+-- before it).
+local now, st, dl, tail = ARGV[1], -1, ARGV[3], nil
+if dl < '0' then tail = true end
+if now == '' or dl ~= '0' then
   local t = redis.call('TIME')
   st = t[1] * 1000000 + t[2]
-  if dl > 0 and st > dl then return {-1, st} end
   if tail then tail = st end
 end
 if now == '' then now = st else now = tonumber(now) end
@@ -37,6 +38,9 @@ if v then
 end
 local until_end = (idx + 1) * width - now
 if count + cost <= limit then
+  local deadline = tonumber(dl)
+  if deadline < 0 then deadline = -1 - deadline end
+  if deadline > 0 and st > deadline then return {-1, st} end
   count = count + cost
   local ms = math.fmod(until_end, 1000)
   if ms > 0 then ms = (until_end - ms) / 1000 + 2 else ms = until_end / 1000 + 1 end

@@ -21,16 +21,17 @@
 -- A denied call writes nothing; a quota that admits it reports its
 -- remaining without this call (remaining + cost, at most the limit).
 -- All keys of one call share the caller's hash tag: one cluster slot.
--- The server's TIME is read for "now" and for the deadline; past the
--- deadline the caller has stopped waiting: return "expired", write nothing.
--- A negative ARGV[3], -(deadline + 1), also asks for TIME at the end of the
--- reply (tail; nil ends the reply before it).
-local now, st, dl, tail = ARGV[1], -1, tonumber(ARGV[3]), nil
-if dl < 0 then dl, tail = -1 - dl, true end
-if now == '' or dl ~= 0 or tail then
+-- The server's TIME is read for "now" and for the deadline (ARGV[3]),
+-- which is checked only before writing: a call that would write after it
+-- returns "expired" ({-1, TIME}) and writes nothing; a denial writes nothing
+-- anyway and is answered as usual. A negative ARGV[3], -(deadline + 1),
+-- also asks for TIME at the end of the reply (tail; nil ends the reply
+-- before it).
+local now, st, dl, tail = ARGV[1], -1, ARGV[3], nil
+if dl < '0' then tail = true end
+if now == '' or dl ~= '0' then
   local t = redis.call('TIME')
   st = t[1] * 1000000 + t[2]
-  if dl > 0 and st > dl then return {-1, st} end
   if tail then tail = st end
 end
 if now == '' then now = st else now = tonumber(now) end
@@ -201,6 +202,13 @@ for i = 1, #KEYS do
   end
   local o = 4 * (i - 1)
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok, remaining, reset, retry
+end
+
+-- Past the deadline, an admitted call is not written: "expired".
+if admitted then
+  local deadline = tonumber(dl)
+  if deadline < 0 then deadline = -1 - deadline end
+  if deadline > 0 and st > deadline then return {-1, st} end
 end
 
 -- Phase 2: write, only if admitted; else report the uncharged remaining.

@@ -28,16 +28,17 @@
 -- An admission with a clock behind the newest entry inserts in time order
 -- and adds its cost to the later entries' cumulative scores (O(entries
 -- after it); only then). A denial writes nothing.
--- The server's TIME is read for "now" and for the deadline; past the
--- deadline the caller has stopped waiting: return "expired", write nothing.
--- A negative ARGV[3], -(deadline + 1), also asks for TIME at the end of the
--- reply (tail; nil ends the reply before it).
-local now, st, dl, tail = ARGV[1], -1, tonumber(ARGV[3]), nil
-if dl < 0 then dl, tail = -1 - dl, true end
-if now == '' or dl ~= 0 or tail then
+-- The server's TIME is read for "now" and for the deadline (ARGV[3]),
+-- which is checked only before writing: a call that would write after it
+-- returns "expired" ({-1, TIME}) and writes nothing; a denial writes nothing
+-- anyway and is answered as usual. A negative ARGV[3], -(deadline + 1),
+-- also asks for TIME at the end of the reply (tail; nil ends the reply
+-- before it).
+local now, st, dl, tail = ARGV[1], -1, ARGV[3], nil
+if dl < '0' then tail = true end
+if now == '' or dl ~= '0' then
   local t = redis.call('TIME')
   st = t[1] * 1000000 + t[2]
-  if dl > 0 and st > dl then return {-1, st} end
   if tail then tail = st end
 end
 if now == '' then now = st else now = tonumber(now) end
@@ -60,6 +61,9 @@ if n[2] then newest = tonumber(n[2]) end
 local total = top - base
 
 if total + cost <= limit then
+  local deadline = tonumber(dl)
+  if deadline < 0 then deadline = -1 - deadline end
+  if deadline > 0 and st > deadline then return {-1, st} end
   if g > 0 then
     -- Drop the gone entries; the newest of them stays in C as the base.
     redis.call('ZREMRANGEBYSCORE', tkey, '-inf', fmt('%d', edge))

@@ -18,16 +18,17 @@
 -- (a - fmod(a, b)) / b is the exact floor of a / b for a >= 0 (and the
 -- truncation, i.e. the ceiling, for a < 0). No closures; numbers reach
 -- Redis formatted as integers ('%d', exact below 2^53).
--- The server's TIME is read for "now" and for the deadline; past the
--- deadline the caller has stopped waiting: return "expired", write nothing.
--- A negative ARGV[3], -(deadline + 1), also asks for TIME at the end of the
--- reply (tail; nil ends the reply before it).
-local now, st, dl, tail = ARGV[1], -1, tonumber(ARGV[3]), nil
-if dl < 0 then dl, tail = -1 - dl, true end
-if now == '' or dl ~= 0 or tail then
+-- The server's TIME is read for "now" and for the deadline (ARGV[3]),
+-- which is checked only before writing: a call that would write after it
+-- returns "expired" ({-1, TIME}) and writes nothing; a denial writes nothing
+-- anyway and is answered as usual. A negative ARGV[3], -(deadline + 1),
+-- also asks for TIME at the end of the reply (tail; nil ends the reply
+-- before it).
+local now, st, dl, tail = ARGV[1], -1, ARGV[3], nil
+if dl < '0' then tail = true end
+if now == '' or dl ~= '0' then
   local t = redis.call('TIME')
   st = t[1] * 1000000 + t[2]
-  if dl > 0 and st > dl then return {-1, st} end
   if tail then tail = st end
 end
 if now == '' then now = st else now = tonumber(now) end
@@ -48,6 +49,9 @@ end
 local room = full - need
 local unit = tonumber(ARGV[7])
 if rho <= room and delta <= (room - rho - fmod(room - rho, refill)) / refill then
+  local deadline = tonumber(dl)
+  if deadline < 0 then deadline = -1 - deadline end
+  if deadline > 0 and st > deadline then return {-1, st} end
   local d = delta * refill + rho + need
   local rem = fmod(d, refill)
   local whole = (d - rem) / refill
@@ -56,8 +60,11 @@ if rho <= room and delta <= (room - rho - fmod(room - rho, refill)) / refill the
   -- Expiry: the reset rounded up to whole ms, plus one ms.
   local ms = fmod(reset, 1000)
   if ms > 0 then ms = (reset - ms) / 1000 + 2 else ms = reset / 1000 + 1 end
-  local min_ms = tonumber(ARGV[2])
-  if ms < min_ms then ms = min_ms end
+  -- The minimum expiry is '0' with the server's clock: no number to parse.
+  if ARGV[2] ~= '0' then
+    local min_ms = tonumber(ARGV[2])
+    if ms < min_ms then ms = min_ms end
+  end
   -- '%d' (a C long): integer formatting, far cheaper than the '%.17g'
   -- Redis applies to a Lua number argument.
   if rem == 0 then
@@ -76,6 +83,7 @@ end
 local reset = delta
 if rho > 0 then reset = delta + 1 end
 local x = rho + need - full
-local q = (x - fmod(x, refill)) / refill
-if fmod(x, refill) > 0 then q = q + 1 end
+local r = fmod(x, refill)
+local q = (x - r) / refill
+if r > 0 then q = q + 1 end
 return {0, (level - fmod(level, unit)) / unit, reset, delta + q, tail}
