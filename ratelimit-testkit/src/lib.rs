@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod conformance;
+pub mod controls;
 #[cfg(feature = "redis")]
 pub mod proxy;
 #[cfg(feature = "redis-cluster")]

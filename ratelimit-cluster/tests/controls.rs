@@ -1,0 +1,105 @@
+//! The limiter's production controls over a real 6-node Redis Cluster, once
+//! per client library (both on one cluster), checked by the testkit's
+//! shared functions (`ratelimit_testkit::controls`): the deny cache admits
+//! exactly what the store admits (every algorithm, costs > 1, several
+//! quotas), shadow quotas count but never deny (and the key on its master
+//! shows it), `acquire` paces, shares one quota and is cancel-safe. The
+//! stores run on an injected clock that the checks move themselves.
+
+mod common;
+
+use std::time::Instant;
+
+use common::{Factory, Lib};
+use ratelimit_testkit::SuiteConfig;
+use ratelimit_testkit::controls::{self, ShadowReport};
+use ratelimit_testkit::redis_cluster::RedisCluster;
+
+async fn deny_cache(lib: Lib) {
+    let factory = Factory::new(lib, RedisCluster::shared());
+    let t = Instant::now();
+    let rejected = controls::deny_cache_check_can_fail(&factory, &SuiteConfig::network())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    for (flaw, why) in &rejected {
+        println!("{lib:?}: a deny cache that {flaw:?} is rejected: {why}\n");
+    }
+    let report = controls::deny_cache_equivalence(&factory, &SuiteConfig::network())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    println!("{lib:?}: deny cache {report:?}, {:?}", t.elapsed());
+}
+
+/// The shadow quota's key, read straight from the master that holds it: a
+/// fixed window stored as `window:count`, charged with what the check says.
+fn stored_shadow_count(cluster: &RedisCluster, report: &ShadowReport) {
+    let pattern = ratelimit_redis::keys::key("*", &report.key, &report.quota);
+    let mut found = Vec::new();
+    for m in cluster.masters() {
+        let keys: Vec<String> = cluster
+            .query(m.port, redis::cmd("KEYS").arg(&pattern))
+            .expect("KEYS");
+        for k in keys {
+            let value: String = cluster
+                .query(m.port, redis::cmd("GET").arg(&k))
+                .expect("GET");
+            found.push((k, value));
+        }
+    }
+    assert_eq!(
+        found.len(),
+        1,
+        "one key for the shadow quota ({pattern}): {found:?}"
+    );
+    let window = report.at / report.quota.window().as_micros() as u64;
+    assert_eq!(
+        found[0].1,
+        format!("{window}:{}", report.charged),
+        "the shadow quota's stored state ({})",
+        found[0].0
+    );
+}
+
+async fn shadow_and_acquire(lib: Lib) {
+    let factory = Factory::new(lib, RedisCluster::shared());
+    let t = Instant::now();
+    let report = controls::shadow_quotas(&factory)
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    stored_shadow_count(&factory.cluster, &report);
+    controls::acquire_paces_one_worker(&factory)
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    let runs = controls::acquire_shares_one_quota(&factory, &SuiteConfig::network())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    for run in runs {
+        println!("{lib:?}: acquire on one shared quota: {run:?}");
+    }
+    controls::acquire_cancel_safe(&factory)
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    println!("{lib:?}: shadow quotas and acquire, {:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_rs_deny_cache_never_changes_what_is_admitted() {
+    deny_cache(Lib::RedisRs).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_rs_shadow_quotas_and_acquire() {
+    shadow_and_acquire(Lib::RedisRs).await;
+}
+
+#[cfg(feature = "fred")]
+#[tokio::test(flavor = "multi_thread")]
+async fn fred_deny_cache_never_changes_what_is_admitted() {
+    deny_cache(Lib::Fred).await;
+}
+
+#[cfg(feature = "fred")]
+#[tokio::test(flavor = "multi_thread")]
+async fn fred_shadow_quotas_and_acquire() {
+    shadow_and_acquire(Lib::Fred).await;
+}

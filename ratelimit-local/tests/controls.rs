@@ -1,0 +1,67 @@
+//! The limiter's production controls over `DashMapStore`, checked by the
+//! testkit's shared functions (`ratelimit_testkit::controls`): the deny
+//! cache admits exactly what the store admits, shadow quotas count but
+//! never deny, `acquire` paces, shares one quota and is cancel-safe.
+
+use std::sync::Arc;
+
+use ratelimit_core::{ManualClock, Store, SystemClock};
+use ratelimit_local::DashMapStore;
+use ratelimit_testkit::controls;
+use ratelimit_testkit::{StoreFactory, SuiteConfig};
+
+struct Local;
+
+#[async_trait::async_trait]
+impl StoreFactory for Local {
+    async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>> {
+        // One map per call; every "instance" is the same in-process store.
+        let store: Arc<dyn Store> = match clock {
+            Some(c) => Arc::new(DashMapStore::with_clock(c)),
+            None => Arc::new(DashMapStore::with_clock(SystemClock)),
+        };
+        vec![store; n]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_deny_cache_never_changes_what_is_admitted() {
+    let t = std::time::Instant::now();
+    let report = controls::deny_cache_equivalence(&Local, &SuiteConfig::in_process())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    println!("local deny cache: {report:?} in {:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_deny_cache_check_rejects_flawed_caches() {
+    let rejected = controls::deny_cache_check_can_fail(&Local, &SuiteConfig::in_process())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    for (flaw, why) in rejected {
+        println!("{flaw:?} rejected: {why}\n");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shadow_quotas_count_but_never_deny() {
+    controls::shadow_quotas(&Local)
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn acquire_paces_shares_and_is_cancel_safe() {
+    controls::acquire_paces_one_worker(&Local)
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    let runs = controls::acquire_shares_one_quota(&Local, &SuiteConfig::in_process())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    for run in runs {
+        println!("acquire on one shared quota: {run:?}");
+    }
+    controls::acquire_cancel_safe(&Local)
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+}
