@@ -231,7 +231,9 @@ impl ServerProcess {
     ///
     /// When the server was killed.
     pub fn pause(&self) {
-        signal(self.running_pid("pause"), "STOP");
+        let pid = self.running_pid("pause");
+        signal(pid, "STOP");
+        wait_until_stopped(pid);
     }
 
     /// Resumes a paused server with `SIGCONT`.
@@ -348,6 +350,27 @@ pub(crate) fn ping(url: &str, timeout: Duration) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("PING answered {pong:?}"))
+    }
+}
+
+/// Returns once the kernel reports `pid` stopped (state `T` in
+/// `/proc/<pid>/stat`), so that nothing sent after [`ServerProcess::pause`]
+/// returns can still run; bounded (1 s), and at once where `/proc` is not.
+fn wait_until_stopped(pid: u32) {
+    let path = format!("/proc/{pid}/stat");
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        let Ok(stat) = std::fs::read_to_string(&path) else {
+            return;
+        };
+        // `pid (comm) state ...`: the state follows the last ')'.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        if matches!(state, Some('T' | 't')) {
+            return;
+        }
+        sleep(Duration::from_millis(1));
     }
 }
 
