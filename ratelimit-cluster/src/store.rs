@@ -35,7 +35,7 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(200);
 /// there. Every key of one caller carries the hash tag `{<tag>}` (the
 /// escaped caller, hashed when long: [`ratelimit_redis::keys`]), so all of a caller's keys live in one slot
 /// whatever bytes the caller holds; a decision over several quotas
-/// ([`Store::decide_all`]) is one run of [`scripts::MULTI`] on their keys
+/// ([`Store::decide_all`]) is one run of [`ratelimit_redis::scripts::MULTI`] on their keys
 /// there, all or nothing, whatever the number of quotas. `MOVED`, `ASK`, `NOSCRIPT`, `TRYAGAIN`
 /// and the other errors that prove the script did not run are handled
 /// inside the call; an error after which the script may have run is

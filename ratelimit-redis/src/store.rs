@@ -92,7 +92,7 @@ impl Transport for Backend {
 /// `ratelimit_core::model::decide` at the server's `TIME` (or at the
 /// injected clock's time), with the caller's key laid out and escaped as
 /// [`crate::keys`] describes. A decision over several quotas
-/// ([`Store::decide_all`]) is one `EVALSHA` of [`scripts::MULTI`] whatever
+/// ([`Store::decide_all`]) is one `EVALSHA` of [`crate::scripts::MULTI`] whatever
 /// the number of quotas, all or nothing, equal to
 /// `ratelimit_core::model::decide_all`. A cost that can never pass is refused before
 /// any network call. Every call is bounded by [`RedisStore::timeout`] and by
