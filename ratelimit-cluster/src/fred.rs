@@ -69,8 +69,16 @@ pub(crate) async fn eval(
     values.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
     values.extend(keys.iter().map(|k| Value::from(k.as_str())));
     values.extend(args.iter().map(|a| Value::from(a.as_str())));
+    // One write, and no redirection followed inside fred: after a MOVED or
+    // ASK fred would write the script again, which one attempt forbids, and
+    // it would answer "Too many failed write attempts", the same words as
+    // for a connection closed with the script in flight (which may have
+    // run). With no redirection allowed it answers "Too many redirections"
+    // (after refreshing its slot map on MOVED): the script did not run, and
+    // the store retries it (see `crate::retry`).
     let once = Options {
         max_attempts: Some(1),
+        max_redirections: Some(0),
         ..Options::default()
     };
     client
