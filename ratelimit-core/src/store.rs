@@ -46,7 +46,9 @@ use crate::quota::Quota;
 /// deadline in server time and their scripts return "expired" without
 /// writing once it has passed. The provided implementations ignore the
 /// deadline and call `decide` / `decide_all`, which is right for an
-/// in-process store (it answers in one step, or not at all).
+/// in-process store (it answers in one step, or not at all). A store that
+/// wraps another (to count, log or route its calls) should forward these
+/// two as well, or the wrapped store never learns the deadline.
 ///
 /// `ratelimit-testkit` checks all of this for any store.
 #[async_trait]

@@ -54,6 +54,25 @@ impl Store for Counting {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.decide_all(key, charges).await
     }
+    async fn decide_before(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        deadline: std::time::Instant,
+    ) -> ratelimit_core::Result<Decision> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.decide_before(key, quota, cost, deadline).await
+    }
+    async fn decide_all_before(
+        &self,
+        key: &[u8],
+        charges: &[Charge<'_>],
+        deadline: std::time::Instant,
+    ) -> ratelimit_core::Result<Vec<Decision>> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.decide_all_before(key, charges, deadline).await
+    }
     fn atomic_all(&self) -> bool {
         self.inner.atomic_all()
     }
