@@ -25,13 +25,15 @@
 //! clocks drift by well under 1 ms per second) and the server's clock
 //! stepping backwards by up to that much. A server clock stepped back by
 //! more lets calls that arrive up to the step late still count, until the
-//! next reply corrects the offset. Until a store has seen its first reply
-//! there is no offset yet: that first call carries no deadline (a store
-//! built by a builder has made no call yet either; the first decision
-//! learns the offset).
+//! next reply corrects the offset. Until a store has seen a reply there is
+//! no offset: `RedisStoreBuilder::build` reads the server's `TIME` once, so
+//! a built store's first decision carries a deadline; a store made from a
+//! client you hold (`from_connection_manager`, `from_fred`) learns it from
+//! its first reply, and that first call carries none.
 //!
 //! A cluster's nodes each have their own clock: the store keeps one offset
-//! per hash slot, learnt from the node that answered for that slot.
+//! per hash slot, learnt from the node that answered for that slot, so the
+//! first call on each slot carries no deadline.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};

@@ -383,6 +383,18 @@ impl RedisStoreBuilder {
         engine.set_prefix(&self.prefix)?;
         engine.set_clock(self.clock);
         engine.set_max_in_flight(self.max_in_flight);
+        // Learn the server's clock now, so the first decision carries a
+        // deadline too (see `crate::deadline`).
+        let mut m = manager.clone();
+        let time: (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut m)
+            .await
+            .map_err(error::from_redis)?;
+        engine.server_clock().observe(
+            0,
+            time.0.saturating_mul(1_000_000).saturating_add(time.1),
+            Instant::now(),
+        );
         Ok(RedisStore {
             backend: Backend::Redis(manager),
             engine,
