@@ -97,8 +97,15 @@ pub struct LimiterStats {
     pub short_circuits: u64,
 }
 
+/// How many stripes the counters are split into: each thread bumps one
+/// stripe (chosen once per thread), so threads deciding at once do not
+/// contend on one cache line; the stats add the stripes up.
+const STRIPES: usize = 8;
+
+/// One stripe of the counters, on a cache-line pair of its own.
 #[derive(Debug, Default)]
-struct Counters {
+#[repr(align(128))]
+struct Stripe {
     allowed: AtomicU64,
     denied: AtomicU64,
     fail_open: AtomicU64,
@@ -109,6 +116,52 @@ struct Counters {
     errors: AtomicU64,
     timeouts: AtomicU64,
     short_circuits: AtomicU64,
+}
+
+/// The limiter's counters, striped per thread and kept in an allocation of
+/// their own (away from the limiter's read-mostly fields).
+#[derive(Debug, Default)]
+struct Counters {
+    stripes: Box<[Stripe; STRIPES]>,
+}
+
+impl Counters {
+    /// The calling thread's stripe.
+    #[inline]
+    fn local(&self) -> &Stripe {
+        &self.stripes[stripe_index()]
+    }
+
+    /// One counter summed over the stripes.
+    fn sum(&self, counter: impl Fn(&Stripe) -> &AtomicU64) -> u64 {
+        self.stripes
+            .iter()
+            .map(|s| counter(s).load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+}
+
+/// The calling thread's counter stripe: threads take stripes in turn, on
+/// their first decision.
+#[inline]
+fn stripe_index() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    INDEX
+        .try_with(|i| {
+            let mut v = i.get();
+            if v >= STRIPES {
+                v = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+                i.set(v);
+            }
+            v
+        })
+        // A thread being torn down shares the first stripe.
+        .unwrap_or(0)
 }
 
 fn bump(c: &AtomicU64) {
@@ -573,7 +626,7 @@ impl Limiter {
         match &inner.breaker {
             Some(b) => match b.permit(now) {
                 Permit::Open => {
-                    bump(&inner.counters.short_circuits);
+                    bump(&inner.counters.local().short_circuits);
                     telemetry::short_circuit(&inner.labels);
                     Err(Failure::Open)
                 }
@@ -620,9 +673,9 @@ impl Limiter {
         let inner = &*self.inner;
         let probe = matches!(permit, Some(Permit::Probe(_)));
         let (counter, kind) = match failure {
-            Failure::Error(_) => (&inner.counters.errors, "error"),
-            Failure::Panicked => (&inner.counters.errors, "panic"),
-            Failure::Timeout => (&inner.counters.timeouts, "timeout"),
+            Failure::Error(_) => (&inner.counters.local().errors, "error"),
+            Failure::Panicked => (&inner.counters.local().errors, "panic"),
+            Failure::Timeout => (&inner.counters.local().timeouts, "timeout"),
             // A short circuit: counted by `permit`, the store was not called.
             Failure::Open => return failure,
         };
@@ -909,7 +962,7 @@ impl Limiter {
     /// second per limiter.
     fn shadow_denied(&self, quota: &Quota) {
         let inner = &*self.inner;
-        bump(&inner.counters.shadow_denials);
+        bump(&inner.counters.local().shadow_denials);
         telemetry::shadow_denial(&inner.labels, quota);
         let now = inner.clock.now();
         let last = inner.last_shadow_log.load(Ordering::Relaxed);
@@ -922,7 +975,7 @@ impl Limiter {
             tracing::info!(
                 namespace = %inner.namespace,
                 policy = quota.name(),
-                would_deny = inner.counters.shadow_denials.load(Ordering::Relaxed),
+                would_deny = inner.counters.sum(|s| &s.shadow_denials),
                 "shadow quota would have denied a call (admitted; logged at most once a second)"
             );
         }
@@ -936,7 +989,7 @@ impl Limiter {
     /// Counts the decision in the stats, metrics and `span`.
     #[inline]
     fn count_in(&self, d: &Decision, quota: &Quota, span: &tracing::Span) {
-        let c = &self.inner.counters;
+        let c = self.inner.counters.local();
         bump(match d.source {
             Source::Store | Source::Shadow if d.allowed => &c.allowed,
             Source::Store | Source::Shadow => &c.denied,
@@ -1091,18 +1144,17 @@ impl Limiter {
     /// How decisions have been reached so far.
     pub fn stats(&self) -> LimiterStats {
         let c = &self.inner.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         LimiterStats {
-            allowed: l(&c.allowed),
-            denied: l(&c.denied),
-            fail_open: l(&c.fail_open),
-            fail_closed: l(&c.fail_closed),
-            fallback: l(&c.fallback),
-            cache_hits: l(&c.cache_hits),
-            shadow_denials: l(&c.shadow_denials),
-            errors: l(&c.errors),
-            timeouts: l(&c.timeouts),
-            short_circuits: l(&c.short_circuits),
+            allowed: c.sum(|s| &s.allowed),
+            denied: c.sum(|s| &s.denied),
+            fail_open: c.sum(|s| &s.fail_open),
+            fail_closed: c.sum(|s| &s.fail_closed),
+            fallback: c.sum(|s| &s.fallback),
+            cache_hits: c.sum(|s| &s.cache_hits),
+            shadow_denials: c.sum(|s| &s.shadow_denials),
+            errors: c.sum(|s| &s.errors),
+            timeouts: c.sum(|s| &s.timeouts),
+            short_circuits: c.sum(|s| &s.short_circuits),
         }
     }
 }
