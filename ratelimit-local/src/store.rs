@@ -666,9 +666,10 @@ mod tests {
                 Quota::token_bucket(Rate::per_hour(3), 3).unwrap(),
             ),
             (
-                // Rates with a sub-µs remainder: the two-word map.
-                Quota::token_bucket(Rate::per_second(7), 3).unwrap(),
-                Quota::token_bucket(Rate::per_hour(7), 3).unwrap(),
+                // Rates of more than 1,024 bucket units per µs (1,031 per
+                // second; 1,031 per 30 days): the two-word map.
+                Quota::token_bucket(Rate::new(1_031, Duration::from_secs(1)), 3).unwrap(),
+                Quota::token_bucket(Rate::new(1_031, Duration::from_secs(30 * 86_400)), 3).unwrap(),
             ),
             (
                 Quota::fixed_window(Rate::per_second(3)).unwrap(),
@@ -711,6 +712,18 @@ mod tests {
             }
         }
         assert_eq!(store.len(), (CALLERS + live * maps) as usize);
+        let per_map = [
+            store.buckets.len(),
+            store.fine_buckets.len(),
+            store.fixed.len(),
+            store.sliding.len(),
+            store.logs.len(),
+            store.multi.len(),
+        ];
+        assert!(
+            per_map.iter().all(|&n| n > 0),
+            "every map is used: {per_map:?}"
+        );
         store
     }
 
