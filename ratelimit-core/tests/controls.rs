@@ -141,8 +141,15 @@ fn breaker_limiter(store: Arc<ModelStore>, clock: &ManualClock) -> Limiter {
 
 #[tokio::test]
 async fn the_breaker_stops_calling_a_dead_store_and_probes_it_back() {
+    // The async path, and the synchronous one an in-process store takes.
+    for sync in [false, true] {
+        the_breaker_stops_calling_a_dead_store_and_probes_it_back_case(sync).await;
+    }
+}
+
+async fn the_breaker_stops_calling_a_dead_store_and_probes_it_back_case(sync: bool) {
     let clock = ManualClock::new(T0);
-    let store = Arc::new(ModelStore::new(clock.clone()));
+    let store = Arc::new(ModelStore::with_sync(clock.clone(), sync));
     let l = breaker_limiter(store.clone(), &clock);
     store.set_down(true);
     for _ in 0..3 {
@@ -264,9 +271,16 @@ async fn a_cancelled_probe_does_not_keep_the_breaker_open() {
 
 #[tokio::test]
 async fn the_fallback_store_decides_at_a_fraction_of_each_limit() {
+    // The async path, and the synchronous one an in-process store takes.
+    for sync in [false, true] {
+        the_fallback_store_decides_at_a_fraction_of_each_limit_case(sync).await;
+    }
+}
+
+async fn the_fallback_store_decides_at_a_fraction_of_each_limit_case(sync: bool) {
     let clock = ManualClock::new(T0);
-    let shared = Arc::new(ModelStore::new(clock.clone()));
-    let local = ModelStore::new(clock.clone());
+    let shared = Arc::new(ModelStore::with_sync(clock.clone(), sync));
+    let local = ModelStore::with_sync(clock.clone(), sync);
     let plan = named(Quota::sliding_window(Rate::per_minute(100)).unwrap(), "api");
     let l = Limiter::builder_arc(shared.clone())
         .quota(plan)
@@ -293,8 +307,15 @@ async fn the_fallback_store_decides_at_a_fraction_of_each_limit() {
 
 #[tokio::test]
 async fn shadow_quotas_count_but_never_deny() {
+    // The async path, and the synchronous one an in-process store takes.
+    for sync in [false, true] {
+        shadow_quotas_count_but_never_deny_case(sync).await;
+    }
+}
+
+async fn shadow_quotas_count_but_never_deny_case(sync: bool) {
     let clock = ManualClock::new(T0);
-    let store = Arc::new(ModelStore::new(clock.clone()));
+    let store = Arc::new(ModelStore::with_sync(clock.clone(), sync));
     let enforced = named(
         Quota::fixed_window(Rate::per_minute(10)).unwrap(),
         "current",
@@ -377,8 +398,10 @@ fn all_algorithms(limit: u64, burst: u64) -> Vec<Quota> {
 async fn replay(quotas: Vec<Quota>, seed: u64) -> (u64, u64, u64) {
     use ratelimit_core::DenyCache;
     let clock = ManualClock::new(T0);
+    // The limiter without the cache takes the async path; the one with it,
+    // on odd seeds, the synchronous one.
     let plain_store = Arc::new(ModelStore::new(clock.clone()));
-    let cached_store = Arc::new(ModelStore::new(clock.clone()));
+    let cached_store = Arc::new(ModelStore::with_sync(clock.clone(), seed % 2 == 1));
     let build = |store: Arc<ModelStore>, cache: bool| {
         let mut b = Limiter::builder_arc(store);
         for q in &quotas {
@@ -459,9 +482,16 @@ async fn the_deny_cache_never_changes_what_is_admitted() {
 #[cfg(feature = "deny-cache")]
 #[tokio::test]
 async fn the_deny_cache_sends_smaller_costs_to_the_store() {
+    // The async path, and the synchronous one an in-process store takes.
+    for sync in [false, true] {
+        the_deny_cache_sends_smaller_costs_to_the_store_case(sync).await;
+    }
+}
+
+async fn the_deny_cache_sends_smaller_costs_to_the_store_case(sync: bool) {
     use ratelimit_core::DenyCache;
     let clock = ManualClock::new(T0);
-    let store = Arc::new(ModelStore::new(clock.clone()));
+    let store = Arc::new(ModelStore::with_sync(clock.clone(), sync));
     let l = Limiter::builder_arc(store.clone())
         .quota(Quota::token_bucket(Rate::per_second(1), 10).unwrap())
         .deny_cache(DenyCache::new(100))

@@ -215,3 +215,39 @@ async fn a_synchronous_store_is_called_without_a_future() {
     assert!(d.allowed && d.is_from_store());
     assert_eq!(limiter.stats().allowed, 1);
 }
+
+/// Fails or panics in `decide_sync`, as a buggy in-process store would.
+#[derive(Debug)]
+struct SyncBroken(Behaviour);
+
+#[async_trait]
+impl Store for SyncBroken {
+    async fn decide(&self, _: &[u8], _: &Quota, _: u64) -> Result<Decision> {
+        panic!("the limiter must use decide_sync")
+    }
+    fn decide_sync(&self, _: &[u8], _: &Quota, _: u64) -> Option<Result<Decision>> {
+        match self.0 {
+            Behaviour::Fail => Some(Err(StoreError::message("connection refused", true))),
+            Behaviour::Hang => None,
+            Behaviour::Panic => panic!("store bug"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn synchronous_store_failures_follow_the_policy_too() {
+    for policy in [FailurePolicy::FailOpen, FailurePolicy::FailClosed] {
+        let want = match policy {
+            FailurePolicy::FailOpen => Source::FailOpen,
+            FailurePolicy::FailClosed => Source::FailClosed,
+        };
+        let l = limiter(SyncBroken(Behaviour::Fail), policy);
+        assert_eq!(l.check("a").await.source, want);
+        assert_eq!(l.check_n("a", 2).await.unwrap().source, want);
+        let s = l.stats();
+        assert_eq!((s.errors, s.fail_open + s.fail_closed), (2, 2));
+        let l = limiter(SyncBroken(Behaviour::Panic), policy);
+        assert_eq!(l.check("a").await.source, want);
+        assert_eq!(l.stats().errors, 1);
+    }
+}

@@ -86,7 +86,7 @@ impl FastClock {
 }
 
 impl Clock for FastClock {
-    #[inline]
+    #[inline(always)]
     fn now(&self) -> Micros {
         let elapsed = self.counter.delta_as_nanos(self.start, self.counter.raw()) / 1_000;
         if elapsed >= self.next_anchor.load(Ordering::Relaxed) {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use ratelimit_core::model::{self, Charge, State};
 use ratelimit_core::{AlgorithmKind, Decision, Micros, Result};
 
-use crate::shards::{Budget, Mode, ShardedMap, Walk};
+use crate::shards::{Budget, Key, Mode, ShardedMap, Walk};
 
 /// One quota's state within a caller's entry.
 struct Slot {
@@ -34,10 +34,18 @@ struct Slots {
     expires_at: Micros,
 }
 
-/// The map of callers checked against several quotas at once.
-#[derive(Default)]
+/// The map of callers checked against several quotas at once (keyed by
+/// the caller alone: each entry names its quotas).
 pub(crate) struct MultiMap {
     map: ShardedMap<Slots>,
+}
+
+impl Default for MultiMap {
+    fn default() -> Self {
+        Self {
+            map: ShardedMap::new(false),
+        }
+    }
 }
 
 impl MultiMap {
@@ -87,6 +95,7 @@ impl MultiMap {
             }
             Ok(step.decisions)
         };
+        let key = Key::unnamed(key);
         if let Some(mut slots) = self.map.get_mut(key) {
             return step(&mut slots);
         }

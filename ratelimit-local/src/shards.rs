@@ -1,5 +1,5 @@
-//! Sharded maps of `key bytes → state` that a sweep can walk a bounded
-//! slice at a time.
+//! Sharded maps of `(policy name, key bytes) → state` that a sweep can walk
+//! a bounded slice at a time.
 //!
 //! Each map is split into shards, as `dashmap` does: a read-write lock over
 //! one hash table per shard, the shard chosen by the key's hash. Unlike
@@ -13,7 +13,7 @@
 //! next pass, and never removes a live entry (every removal is decided on
 //! the entry itself, under the lock).
 
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::OnceLock;
 
 use hashbrown::HashTable;
@@ -22,8 +22,103 @@ use parking_lot::{
     MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
-/// One stored caller: its map key and its state.
+/// One stored caller: its map key (`name 0xFF key` in a named map, `key`
+/// alone in an unnamed one) and its state.
 type Item<V> = (Box<[u8]>, V);
+
+/// The byte between the policy name and the caller's key in a stored map
+/// key. Policy names are ASCII, so the first 0xFF ends the name whatever
+/// bytes the key holds.
+const SEP: u8 = 0xFF;
+
+/// A map key as looked up: borrowed, never concatenated. The stored key is
+/// built from it only when a caller is inserted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Key<'a> {
+    /// The policy name (empty in an unnamed map).
+    pub(crate) name: &'a [u8],
+    /// The caller's key.
+    pub(crate) key: &'a [u8],
+}
+
+impl<'a> Key<'a> {
+    /// A key in a named map.
+    #[inline]
+    pub(crate) fn named(name: &'a str, key: &'a [u8]) -> Self {
+        Self {
+            name: name.as_bytes(),
+            key,
+        }
+    }
+
+    /// A key in an unnamed map.
+    #[inline]
+    pub(crate) fn unnamed(key: &'a [u8]) -> Self {
+        Self { name: &[], key }
+    }
+
+    /// Whether the stored map key `stored` is this key.
+    #[inline(always)]
+    fn matches(&self, named: bool, stored: &[u8]) -> bool {
+        if !named {
+            return bytes_eq(stored, self.key);
+        }
+        let n = self.name.len();
+        // Equal lengths, then the caller's bytes (where keys differ), then
+        // the separator and the name.
+        stored.len() == n + 1 + self.key.len()
+            && stored.get(n + 1..).is_some_and(|k| bytes_eq(k, self.key))
+            && stored.get(n) == Some(&SEP)
+            && stored
+                .get(..n)
+                .is_some_and(|name| bytes_eq(name, self.name))
+    }
+
+    /// The stored map key.
+    fn to_stored(self, named: bool) -> Box<[u8]> {
+        if named {
+            [self.name, &[SEP], self.key].concat().into_boxed_slice()
+        } else {
+            Box::from(self.key)
+        }
+    }
+
+    /// The key a stored map key was built from.
+    fn of_stored(named: bool, stored: &'a [u8]) -> Self {
+        if !named {
+            return Self::unnamed(stored);
+        }
+        match stored.iter().position(|&b| b == SEP) {
+            Some(i) => Self {
+                name: &stored[..i],
+                key: &stored[i + 1..],
+            },
+            None => Self::unnamed(stored),
+        }
+    }
+}
+
+/// Byte-slice equality that compares short slices (the usual caller ids and
+/// policy names) as one or two machine words instead of calling `memcmp`.
+#[inline(always)]
+fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    match a.len() {
+        0 => true,
+        1..4 => a == b,
+        4..8 => {
+            a.first_chunk::<4>() == b.first_chunk::<4>()
+                && a.last_chunk::<4>() == b.last_chunk::<4>()
+        }
+        8..=16 => {
+            a.first_chunk::<8>() == b.first_chunk::<8>()
+                && a.last_chunk::<8>() == b.last_chunk::<8>()
+        }
+        _ => a == b,
+    }
+}
 
 /// Work units a sweep spends per bucket it visits.
 pub(crate) const SLOT_COST: usize = 1;
@@ -104,19 +199,35 @@ struct Shard<V> {
     table: RwLock<HashTable<Item<V>>>,
 }
 
-/// A map from `policy name 0xFF caller` to one algorithm's state, hashed
+/// A map from `(policy name, caller)` (stored as `name 0xFF caller`; an
+/// unnamed map stores the caller alone) to one algorithm's state, hashed
 /// with a randomly seeded fast hasher (callers choose their keys, so the
 /// seed must be secret; foldhash seeds every map from process randomness).
+///
+/// Lookups take the two parts borrowed ([`Key`]): the hash is computed over
+/// the name and then the caller, and the stored key compared part by part,
+/// so no composite key is built per call.
 pub(crate) struct ShardedMap<V> {
     shards: Box<[Shard<V>]>,
     hasher: foldhash::fast::RandomState,
-    /// `64 - log2(shards)`: the shard is taken from the hash's bits below
-    /// the top 7 (which the table itself uses as the bucket's tag).
-    shift: u32,
+    /// `shards - 1`: the shard is taken from the hash's bits 32 and up,
+    /// which neither the table's bucket index (the low bits of tables
+    /// below 2^32 buckets) nor its tag (the top 7) uses.
+    mask: usize,
+    /// Whether stored keys carry the policy name.
+    named: bool,
 }
 
 impl<V> Default for ShardedMap<V> {
+    /// A named map.
     fn default() -> Self {
+        Self::new(true)
+    }
+}
+
+impl<V> ShardedMap<V> {
+    /// A map whose keys carry the policy name (`named`) or not.
+    pub(crate) fn new(named: bool) -> Self {
         let n = shard_count();
         Self {
             shards: (0..n)
@@ -125,39 +236,53 @@ impl<V> Default for ShardedMap<V> {
                 })
                 .collect(),
             hasher: foldhash::fast::RandomState::default(),
-            shift: u64::BITS - n.trailing_zeros(),
+            mask: n - 1,
+            named,
         }
     }
-}
 
-impl<V> ShardedMap<V> {
+    /// The hash of a key: the name's bytes, then the caller's (each part
+    /// length-mixed by the hasher, so the split is unambiguous).
     #[inline]
-    fn hash(&self, key: &[u8]) -> u64 {
-        self.hasher.hash_one(key)
+    fn hash(&self, key: Key<'_>) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        if self.named {
+            h.write(key.name);
+        }
+        h.write(key.key);
+        h.finish()
+    }
+
+    /// The hash of a stored map key (when a table grows or shrinks).
+    fn hash_stored(&self, stored: &[u8]) -> u64 {
+        self.hash(Key::of_stored(self.named, stored))
     }
 
     #[inline]
     fn shard(&self, hash: u64) -> &RwLock<HashTable<Item<V>>> {
-        let i = ((hash << 7) >> self.shift) as usize & (self.shards.len() - 1);
+        let i = (hash >> 32) as usize & self.mask;
         &self.shards[i].table
     }
 
     /// The key's state, under the shard's read lock while the guard lives.
     #[inline]
-    pub(crate) fn get(&self, key: &[u8]) -> Option<MappedRwLockReadGuard<'_, V>> {
+    pub(crate) fn get(&self, key: Key<'_>) -> Option<MappedRwLockReadGuard<'_, V>> {
         let h = self.hash(key);
+        let named = self.named;
         RwLockReadGuard::try_map(self.shard(h).read(), |t| {
-            t.find(h, |(k, _)| **k == *key).map(|(_, v)| v)
+            t.find(h, |(k, _)| key.matches(named, k)).map(|(_, v)| v)
         })
         .ok()
     }
 
     /// The key's state, under the shard's write lock while the guard lives.
     #[inline]
-    pub(crate) fn get_mut(&self, key: &[u8]) -> Option<MappedRwLockWriteGuard<'_, V>> {
+    pub(crate) fn get_mut(&self, key: Key<'_>) -> Option<MappedRwLockWriteGuard<'_, V>> {
         let h = self.hash(key);
+        let named = self.named;
         RwLockWriteGuard::try_map(self.shard(h).write(), |t| {
-            t.find_mut(h, |(k, _)| **k == *key).map(|(_, v)| v)
+            t.find_mut(h, |(k, _)| key.matches(named, k))
+                .map(|(_, v)| v)
         })
         .ok()
     }
@@ -166,19 +291,23 @@ impl<V> ShardedMap<V> {
     /// else run `insert` and store the state it returns (if any).
     pub(crate) fn update_or_insert<R>(
         &self,
-        key: &[u8],
+        key: Key<'_>,
         update: impl FnOnce(&mut V) -> R,
         insert: impl FnOnce() -> (Option<V>, R),
     ) -> R {
         let h = self.hash(key);
         let mut table = self.shard(h).write();
-        let hasher = &self.hasher;
-        match table.entry(h, |(k, _)| **k == *key, |(k, _)| hasher.hash_one(&**k)) {
+        let named = self.named;
+        match table.entry(
+            h,
+            |(k, _)| key.matches(named, k),
+            |(k, _)| self.hash_stored(k),
+        ) {
             Entry::Occupied(mut o) => update(&mut o.get_mut().1),
             Entry::Vacant(v) => {
                 let (state, out) = insert();
                 if let Some(state) = state {
-                    v.insert((Box::from(key), state));
+                    v.insert((key.to_stored(named), state));
                 }
                 out
             }
@@ -186,10 +315,11 @@ impl<V> ShardedMap<V> {
     }
 
     /// Removes the key's state and returns it.
-    pub(crate) fn remove(&self, key: &[u8]) -> Option<V> {
+    pub(crate) fn remove(&self, key: Key<'_>) -> Option<V> {
         let h = self.hash(key);
         let mut table = self.shard(h).write();
-        match table.find_entry(h, |(k, _)| **k == *key) {
+        let named = self.named;
+        match table.find_entry(h, |(k, _)| key.matches(named, k)) {
             Ok(o) => Some(o.remove().0.1),
             Err(_) => None,
         }
@@ -291,8 +421,7 @@ impl<V> ShardedMap<V> {
         mode: Mode,
     ) -> Option<HashTable<Item<V>>> {
         let (len, capacity) = (table.len(), table.capacity());
-        let hasher = &self.hasher;
-        let rehash = |(k, _): &Item<V>| hasher.hash_one(&**k);
+        let rehash = |(k, _): &Item<V>| self.hash_stored(k);
         match mode {
             Mode::Full if len == 0 => (capacity > 0).then(|| std::mem::take(table)),
             // Under the lock; a no-op if the table is as small as it can be.
@@ -325,7 +454,7 @@ mod tests {
     fn map_of(n: u32) -> ShardedMap<u32> {
         let map = ShardedMap::default();
         for i in 0..n {
-            map.update_or_insert(&i.to_be_bytes(), |_| (), || (Some(i), ()));
+            map.update_or_insert(Key::named("p", &i.to_be_bytes()), |_| (), || (Some(i), ()));
         }
         map
     }
@@ -348,6 +477,46 @@ mod tests {
             }
         }
         removed
+    }
+
+    #[test]
+    fn short_and_long_slices_compare_exactly() {
+        for len in 0..40usize {
+            let a: Vec<u8> = (0..len as u8).collect();
+            assert!(bytes_eq(&a, &a.clone()));
+            for i in 0..len {
+                let mut b = a.clone();
+                b[i] ^= 0x80;
+                assert!(!bytes_eq(&a, &b), "len {len}, byte {i}");
+            }
+            assert!(!bytes_eq(&a, &a[..len.saturating_sub(1)]) || len == 0);
+        }
+    }
+
+    #[test]
+    fn keys_split_differently_are_different_and_survive_rehashing() {
+        let map: ShardedMap<u32> = ShardedMap::default();
+        let keys = [
+            ("x", &b"a"[..]),
+            ("xa", b""),
+            ("x", b"\xFFa"),
+            ("x", b"a\xFF"),
+        ];
+        for (i, (name, key)) in keys.iter().enumerate() {
+            map.update_or_insert(Key::named(name, key), |_| (), || (Some(i as u32), ()));
+        }
+        // Enough entries to grow every table several times (rehashing the
+        // stored keys).
+        for i in 0..20_000u32 {
+            map.update_or_insert(Key::named("y", &i.to_le_bytes()), |_| (), || (Some(i), ()));
+        }
+        for (i, (name, key)) in keys.iter().enumerate() {
+            assert_eq!(map.get(Key::named(name, key)).map(|v| *v), Some(i as u32));
+        }
+        let unnamed: ShardedMap<u32> = ShardedMap::new(false);
+        unnamed.update_or_insert(Key::unnamed(b"x\xFFa"), |_| (), || (Some(1), ()));
+        assert_eq!(unnamed.get(Key::unnamed(b"x\xFFa")).map(|v| *v), Some(1));
+        assert!(unnamed.get(Key::unnamed(b"x")).is_none());
     }
 
     #[test]
@@ -377,7 +546,7 @@ mod tests {
         assert_eq!(map.len(), 5_000);
         for i in 0..10_000u32 {
             assert_eq!(
-                map.get(&i.to_be_bytes()).map(|v| *v),
+                map.get(Key::named("p", &i.to_be_bytes())).map(|v| *v),
                 (i % 2 == 0).then_some(i)
             );
         }

@@ -10,7 +10,7 @@ use ratelimit_core::{Algorithm, Bucket, Clock, Decision, Micros, Quota, Result, 
 
 use crate::clock::FastClock;
 use crate::multi::MultiMap;
-use crate::shards::{Budget, Mode, ShardedMap, Walk};
+use crate::shards::{Budget, Key, Mode, ShardedMap, Walk};
 
 /// The default clock time in which the automatic sweep walks every map once.
 const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -65,8 +65,8 @@ struct Cursor {
 ///
 /// | algorithm | entry |
 /// |---|---|
-/// | token bucket, whole µs per token (`refill == 1`) | one `AtomicU64`: the theoretical arrival time, updated by compare-and-swap under the shard's read lock |
-/// | token bucket, sub-µs remainder (`refill > 1`) | the two-word state, under the shard's write lock |
+/// | token bucket, up to 1,024 bucket units per µs (every rate up to 1e9 per second, and any whole number of µs per token) | one `AtomicU64`: the theoretical arrival time and its sub-µs remainder packed (`tat << 10 \| rem`), updated by compare-and-swap under the shard's read lock |
+/// | token bucket, finer rates (or a clock past 2^53 µs) | the two-word state, under the shard's write lock |
 /// | fixed window, sliding window counter | the counters and an expiry |
 /// | sliding log | the log and an expiry |
 ///
@@ -87,6 +87,9 @@ pub struct DashMapStore {
     sliding: ShardedMap<Timed<SlidingWindowState>>,
     logs: ShardedMap<Timed<SlidingLogState>>,
     clock: Arc<dyn Clock>,
+    /// The same clock when it is a [`FastClock`], read without the trait
+    /// object's indirect call.
+    fast_clock: Option<Arc<FastClock>>,
     sweep_interval: Micros,
     /// Clock time at or after which the next call takes a sweep step.
     next_step: AtomicU64,
@@ -119,7 +122,18 @@ impl DashMapStore {
 
     /// A store that takes "now" from `clock` (a `ManualClock` in tests).
     pub fn with_clock(clock: impl Clock + 'static) -> Self {
-        let clock: Arc<dyn Clock> = Arc::new(clock);
+        // The default clock is read directly on the hot path.
+        let mut slot = Some(clock);
+        let fast_clock = (&mut slot as &mut dyn std::any::Any)
+            .downcast_mut::<Option<FastClock>>()
+            .and_then(Option::take)
+            .map(Arc::new);
+        let clock: Arc<dyn Clock> = match (&fast_clock, slot) {
+            (Some(fast), _) => fast.clone(),
+            (None, Some(other)) => Arc::new(other),
+            // Unreachable: the slot is emptied only when it held a `FastClock`.
+            (None, None) => Arc::new(FastClock::new()),
+        };
         let interval = ratelimit_core::clock::duration_to_micros(DEFAULT_SWEEP_INTERVAL);
         Self {
             buckets: ShardedMap::default(),
@@ -130,6 +144,7 @@ impl DashMapStore {
             multi: MultiMap::default(),
             next_step: AtomicU64::new(clock.now().saturating_add(interval)),
             clock,
+            fast_clock,
             sweep_interval: interval,
             cursor: Mutex::new(Cursor::default()),
         }
@@ -234,14 +249,12 @@ impl DashMapStore {
     ) -> Option<Walk> {
         match map {
             // A bucket is full (fresh) once its theoretical arrival time has passed.
-            0 => self
-                .buckets
-                .sweep_shard(shard, from, budget, mode, |tat| *tat.get_mut() > now),
+            0 => self.buckets.sweep_shard(shard, from, budget, mode, |w| {
+                !bucket_is_full(&unpack(*w.get_mut()), now)
+            }),
             1 => self
                 .fine_buckets
-                .sweep_shard(shard, from, budget, mode, |s| {
-                    s.tat > now || (s.tat == now && s.rem > 0)
-                }),
+                .sweep_shard(shard, from, budget, mode, |s| !bucket_is_full(s, now)),
             2 => self
                 .fixed
                 .sweep_shard(shard, from, budget, mode, |e| e.expires_at > now),
@@ -330,47 +343,68 @@ fn pace(started: Micros, interval: Micros, walked: u64, total: u64) -> Micros {
     started.saturating_add(u64::try_from(at).unwrap_or(u64::MAX))
 }
 
-/// Map keys up to this many bytes are built on the stack, so a call for a
-/// caller that already has state allocates nothing.
-const INLINE_KEY: usize = 64;
+/// Bits of a packed bucket word that hold the sub-µs remainder.
+const REM_BITS: u32 = 10;
+/// Rates of at most this many bucket units per µs keep their remainder in
+/// the packed word (1e9 per second is 1,000; whole µs per token is 1).
+const PACK_MAX_REFILL: u64 = 1 << REM_BITS;
+/// Clock times below this pack: `tat` then stays below 2^54 (the model adds
+/// at most `full < 2^53` to `now`), which leaves the word's low
+/// [`REM_BITS`] bits to the remainder.
+const PACK_BEFORE: Micros = 1 << 53;
 
-/// Calls `f` with the map key of `(quota name, key)` (the algorithm is the
-/// map's).
-///
-/// Policy names are ASCII without 0xFF, so `name 0xFF key` is unambiguous
-/// for every key.
+/// A token bucket's state as one word: `tat << REM_BITS | rem`.
 #[inline]
-fn with_map_key<R>(key: &[u8], quota: &Quota, f: impl FnOnce(&[u8]) -> R) -> R {
-    let name = quota.name().as_bytes();
-    let len = name.len() + 1 + key.len();
-    if len <= INLINE_KEY {
-        let mut buf = [0u8; INLINE_KEY];
-        buf[..name.len()].copy_from_slice(name);
-        buf[name.len()] = 0xFF;
-        buf[name.len() + 1..len].copy_from_slice(key);
-        f(&buf[..len])
-    } else {
-        f(&[name, &[0xFF], key].concat())
+fn pack(s: TokenBucketState) -> u64 {
+    (s.tat << REM_BITS) | s.rem
+}
+
+/// The state a packed word holds.
+#[inline]
+fn unpack(word: u64) -> TokenBucketState {
+    TokenBucketState {
+        tat: word >> REM_BITS,
+        rem: word & (PACK_MAX_REFILL - 1),
     }
 }
 
+/// Whether a bucket is back to full (a fresh caller's state) at `now`.
+#[inline]
+fn bucket_is_full(s: &TokenBucketState, now: Micros) -> bool {
+    s.tat < now || (s.tat == now && s.rem == 0)
+}
+
 /// One token bucket step on a one-word state: read, decide with the model,
-/// and on admission publish the new theoretical arrival time with one
-/// compare-and-swap (retried if another call got there first). A denial
-/// writes nothing.
+/// and on admission publish the new state with one compare-and-swap
+/// (retried if another call got there first). A denial writes nothing.
+///
+/// The caller has checked that the bucket's rate and `now` pack
+/// ([`PACK_MAX_REFILL`], [`PACK_BEFORE`]); the model keeps `rem < refill`
+/// and `tat < 2^54`, so the new state packs too.
 #[inline]
 fn bucket_step(word: &AtomicU64, b: &Bucket, now: Micros, cost: u64) -> Decision {
-    let mut tat = word.load(Ordering::Acquire);
+    let mut current = word.load(Ordering::Acquire);
     loop {
-        let (decision, next, _) =
-            model::token_bucket_step(b, Some(TokenBucketState { tat, rem: 0 }), now, cost);
+        let (decision, next, _) = model::token_bucket_step(b, Some(unpack(current)), now, cost);
         if !decision.allowed {
             return decision;
         }
-        match word.compare_exchange_weak(tat, next.tat, Ordering::AcqRel, Ordering::Acquire) {
+        match word.compare_exchange_weak(current, pack(next), Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return decision,
-            Err(actual) => tat = actual,
+            Err(actual) => current = actual,
         }
+    }
+}
+
+/// The cost error for a cost a quota can never admit (kept off the hot
+/// path).
+#[cold]
+#[inline(never)]
+fn cost_error(quota: &Quota, cost: u64) -> ratelimit_core::StoreError {
+    match quota.check_cost(cost) {
+        Err(e) => e.into(),
+        // Unreachable: called only for a cost outside `1..=limit`.
+        Ok(()) => ratelimit_core::CostError::Zero.into(),
     }
 }
 
@@ -418,33 +452,44 @@ impl DashMapStore {
     /// One decision, synchronously: what [`Store::decide`] does, without the
     /// boxed future of an object-safe async trait. The [`ratelimit_core::Limiter`]
     /// reaches it through [`Store::decide_sync`].
+    #[inline]
     pub fn decide_now(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
-        quota.check_cost(cost)?;
-        let now = self.clock.now();
+        // What `Quota::check_cost` checks, inline; the error is built off
+        // the hot path.
+        if cost == 0 || cost > quota.limit() {
+            return Err(cost_error(quota, cost));
+        }
+        let now = self.now();
         self.maybe_sweep(now);
+        let k = Key::named(quota.name(), key);
         match quota.algorithm() {
-            Algorithm::TokenBucket(b) if b.refill() == 1 => {
-                Ok(with_map_key(key, quota, |k| self.bucket(k, b, now, cost)))
+            Algorithm::TokenBucket(b) => {
+                if b.refill() <= PACK_MAX_REFILL && now < PACK_BEFORE {
+                    Ok(self.bucket(k, b, now, cost))
+                } else {
+                    Ok(self.fine_bucket(k, b, now, cost))
+                }
             }
-            Algorithm::TokenBucket(b) => Ok(with_map_key(key, quota, |k| {
-                self.fine_bucket(k, b, now, cost)
-            })),
-            Algorithm::FixedWindow(_) => {
-                with_map_key(key, quota, |k| windowed(&self.fixed, k, quota, now, cost))
-            }
-            Algorithm::SlidingWindow(_) => {
-                with_map_key(key, quota, |k| windowed(&self.sliding, k, quota, now, cost))
-            }
-            Algorithm::SlidingLog(_) => {
-                with_map_key(key, quota, |k| windowed(&self.logs, k, quota, now, cost))
-            }
+            Algorithm::FixedWindow(_) => windowed(&self.fixed, k, quota, now, cost),
+            Algorithm::SlidingWindow(_) => windowed(&self.sliding, k, quota, now, cost),
+            Algorithm::SlidingLog(_) => windowed(&self.logs, k, quota, now, cost),
         }
     }
 
-    /// A token bucket of whole microseconds per token: the hot path takes
-    /// the shard's read lock and updates one atomic word.
+    /// The store's time: the default [`FastClock`] read directly, any
+    /// other clock through its trait object.
     #[inline]
-    fn bucket(&self, k: &[u8], b: &Bucket, now: Micros, cost: u64) -> Decision {
+    fn now(&self) -> Micros {
+        match &self.fast_clock {
+            Some(c) => c.now(),
+            None => self.clock.now(),
+        }
+    }
+
+    /// A token bucket whose state packs into one word: the hot path takes
+    /// the shard's read lock and updates the word by compare-and-swap.
+    #[inline]
+    fn bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Decision {
         if let Some(word) = self.buckets.get(k) {
             return bucket_step(&word, b, now, cost);
         }
@@ -452,9 +497,9 @@ impl DashMapStore {
     }
 
     #[cold]
-    fn new_bucket(&self, k: &[u8], b: &Bucket, now: Micros, cost: u64) -> Decision {
-        // The policy had a rate with a sub-µs remainder: the state stays in
-        // that map (a denial keeps the remainder, as the model does).
+    fn new_bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Decision {
+        // The caller's state is in the two-word map (written under a rate
+        // or at a time that does not pack): it stays there.
         if let Some(mut s) = self.fine_buckets.get_mut(k) {
             return fine_step(&mut s, b, now, cost);
         }
@@ -464,32 +509,32 @@ impl DashMapStore {
             k,
             |word| bucket_step(word, b, now, cost),
             || {
-                let word = AtomicU64::new(0);
-                let d = bucket_step(&word, b, now, cost);
-                (Some(word), d)
+                let (d, next, _) = model::token_bucket_step(b, None, now, cost);
+                (d.allowed.then(|| AtomicU64::new(pack(next))), d)
             },
         )
     }
 
-    /// A token bucket whose rate leaves a sub-microsecond remainder: two
-    /// words, updated under the shard's write lock.
-    fn fine_bucket(&self, k: &[u8], b: &Bucket, now: Micros, cost: u64) -> Decision {
+    /// A token bucket whose state does not pack (more than
+    /// [`PACK_MAX_REFILL`] units per µs, or a clock past [`PACK_BEFORE`]):
+    /// two words, updated under the shard's write lock.
+    #[cold]
+    fn fine_bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Decision {
         if let Some(mut s) = self.fine_buckets.get_mut(k) {
             return fine_step(&mut s, b, now, cost);
         }
-        // The policy had a rate of whole µs per token: carry its state over
-        // (a remainder of 0, so nothing is lost).
-        let carried = self.buckets.remove(k).map(|a| TokenBucketState {
-            tat: a.into_inner(),
-            rem: 0,
-        });
+        // The caller's state was written in one word: carry it over exactly.
+        let carried = self.buckets.remove(k).map(|a| unpack(a.into_inner()));
         self.fine_buckets.update_or_insert(
             k,
             |s| fine_step(s, b, now, cost),
             || {
-                let mut s = carried.unwrap_or_default();
-                let d = fine_step(&mut s, b, now, cost);
-                (Some(s), d)
+                let mut s = carried;
+                let (d, next, _) = model::token_bucket_step(b, s, now, cost);
+                if d.allowed {
+                    s = Some(next);
+                }
+                (s, d)
             },
         )
     }
@@ -507,7 +552,7 @@ fn fine_step(s: &mut TokenBucketState, b: &Bucket, now: Micros, cost: u64) -> De
 /// A window algorithm: its entry under the shard's write lock.
 fn windowed<S: Windowed + Default>(
     map: &ShardedMap<Timed<S>>,
-    k: &[u8],
+    k: Key<'_>,
     quota: &Quota,
     now: Micros,
     cost: u64,
@@ -621,9 +666,10 @@ mod tests {
                 Quota::token_bucket(Rate::per_hour(3), 3).unwrap(),
             ),
             (
-                // Rates with a sub-µs remainder: the two-word map.
-                Quota::token_bucket(Rate::per_second(7), 3).unwrap(),
-                Quota::token_bucket(Rate::per_hour(7), 3).unwrap(),
+                // Rates of more than 1,024 bucket units per µs (1,031 per
+                // second; 1,031 per 30 days): the two-word map.
+                Quota::token_bucket(Rate::new(1_031, Duration::from_secs(1)), 3).unwrap(),
+                Quota::token_bucket(Rate::new(1_031, Duration::from_secs(30 * 86_400)), 3).unwrap(),
             ),
             (
                 Quota::fixed_window(Rate::per_second(3)).unwrap(),
@@ -666,6 +712,18 @@ mod tests {
             }
         }
         assert_eq!(store.len(), (CALLERS + live * maps) as usize);
+        let per_map = [
+            store.buckets.len(),
+            store.fine_buckets.len(),
+            store.fixed.len(),
+            store.sliding.len(),
+            store.logs.len(),
+            store.multi.len(),
+        ];
+        assert!(
+            per_map.iter().all(|&n| n > 0),
+            "every map is used: {per_map:?}"
+        );
         store
     }
 
@@ -741,17 +799,15 @@ mod tests {
         );
     }
 
+    /// Keys of every length the short-key comparison treats apart (and
+    /// longer ones) keep their state and stay isolated, also from a key
+    /// equal to the policy name and the separator.
     #[tokio::test]
-    async fn keys_longer_than_the_inline_buffer_keep_state_and_stay_isolated() {
+    async fn keys_of_every_length_keep_state_and_stay_isolated() {
         let store = DashMapStore::with_clock(ManualClock::new(1_800_000_000_000_000));
         let q = Quota::fixed_window(Rate::per_minute(3)).unwrap();
-        for len in [
-            INLINE_KEY - 20,
-            INLINE_KEY - 13,
-            INLINE_KEY - 12,
-            INLINE_KEY,
-            300,
-        ] {
+        let lens = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 44, 51, 52, 64, 300];
+        for len in lens {
             let a = vec![b'a'; len];
             let mut b = a.clone();
             *b.last_mut().unwrap() = b'b';
@@ -763,7 +819,15 @@ mod tests {
                 "len {len}"
             );
         }
-        assert_eq!(store.len(), 10);
+        assert_eq!(store.len(), 2 * lens.len());
+        // The same bytes split differently between name and key are
+        // different callers.
+        let x = q.clone().named("x").unwrap();
+        let xa = q.clone().named("xa").unwrap();
+        assert_eq!(store.decide(b"a", &x, 1).await.unwrap().remaining, 2);
+        assert_eq!(store.decide(b"a", &x, 1).await.unwrap().remaining, 1);
+        assert_eq!(store.decide(b"", &xa, 1).await.unwrap().remaining, 2);
+        assert_eq!(store.decide(b"\xFFa", &x, 1).await.unwrap().remaining, 2);
     }
 
     /// A policy whose rate changes between one of whole microseconds per
@@ -775,12 +839,14 @@ mod tests {
         let clock = ManualClock::new(t0);
         let store = DashMapStore::with_clock(clock.clone());
         let whole = Quota::token_bucket(Rate::per_second(10), 5).unwrap();
+        // A sub-µs remainder that packs in the word, and one that does not.
         let fine = Quota::token_bucket(Rate::per_second(7), 5).unwrap();
+        let finest = Quota::token_bucket(Rate::per_second(3_000_000_000), 5).unwrap();
         let mut state = None;
-        for i in 0..60u64 {
+        for i in 0..90u64 {
             let now = t0 + i * 37_003;
             clock.set(now);
-            let q = if (i / 7) % 2 == 0 { &whole } else { &fine };
+            let q = [&whole, &fine, &finest, &fine, &whole][(i / 7 % 5) as usize];
             let cost = 1 + i % 3;
             let want = model::decide(q, state.take(), now, cost).unwrap();
             let got = store.decide_now(b"k", q, cost).unwrap();
@@ -790,13 +856,19 @@ mod tests {
         assert_eq!(store.len(), 1);
     }
 
-    /// Many threads on one hot bucket (the compare-and-swap path) admit
-    /// exactly the burst under a frozen clock.
+    /// Many threads on one hot bucket (the compare-and-swap path, with and
+    /// without a sub-µs remainder) admit exactly the burst under a frozen
+    /// clock.
     #[test]
     fn concurrent_calls_on_one_bucket_never_over_admit() {
+        for rate in [Rate::per_minute(100), Rate::per_second(7)] {
+            concurrent_calls_admit_the_burst(Quota::token_bucket(rate, 1_000).unwrap());
+        }
+    }
+
+    fn concurrent_calls_admit_the_burst(q: Quota) {
         let clock = ManualClock::new(1_800_000_000_000_000);
         let store = Arc::new(DashMapStore::with_clock(clock));
-        let q = Quota::token_bucket(Rate::per_minute(100), 1_000).unwrap();
         let admitted = AtomicU64::new(0);
         std::thread::scope(|s| {
             for _ in 0..4 {

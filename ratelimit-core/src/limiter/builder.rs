@@ -215,6 +215,7 @@ impl LimiterBuilder {
                 timer,
                 clock,
                 counters: Counters::default(),
+                sync_store: std::sync::atomic::AtomicBool::new(true),
                 last_warning: AtomicU64::new(0),
                 last_shadow_log: AtomicU64::new(0),
                 breaker: self.breaker.map(Breaker::new),

@@ -13,9 +13,10 @@ mod timer;
 
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use acquire::AcquireError;
@@ -96,8 +97,15 @@ pub struct LimiterStats {
     pub short_circuits: u64,
 }
 
+/// How many stripes the counters are split into: each thread bumps one
+/// stripe (chosen once per thread), so threads deciding at once do not
+/// contend on one cache line; the stats add the stripes up.
+const STRIPES: usize = 8;
+
+/// One stripe of the counters, on a cache-line pair of its own.
 #[derive(Debug, Default)]
-struct Counters {
+#[repr(align(128))]
+struct Stripe {
     allowed: AtomicU64,
     denied: AtomicU64,
     fail_open: AtomicU64,
@@ -108,6 +116,52 @@ struct Counters {
     errors: AtomicU64,
     timeouts: AtomicU64,
     short_circuits: AtomicU64,
+}
+
+/// The limiter's counters, striped per thread and kept in an allocation of
+/// their own (away from the limiter's read-mostly fields).
+#[derive(Debug, Default)]
+struct Counters {
+    stripes: Box<[Stripe; STRIPES]>,
+}
+
+impl Counters {
+    /// The calling thread's stripe.
+    #[inline]
+    fn local(&self) -> &Stripe {
+        &self.stripes[stripe_index()]
+    }
+
+    /// One counter summed over the stripes.
+    fn sum(&self, counter: impl Fn(&Stripe) -> &AtomicU64) -> u64 {
+        self.stripes
+            .iter()
+            .map(|s| counter(s).load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+}
+
+/// The calling thread's counter stripe: threads take stripes in turn, on
+/// their first decision.
+#[inline]
+fn stripe_index() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    INDEX
+        .try_with(|i| {
+            let mut v = i.get();
+            if v >= STRIPES {
+                v = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+                i.set(v);
+            }
+            v
+        })
+        // A thread being torn down shares the first stripe.
+        .unwrap_or(0)
 }
 
 fn bump(c: &AtomicU64) {
@@ -171,6 +225,9 @@ struct Inner {
     timer: Arc<dyn Timer>,
     clock: Arc<dyn Clock>,
     counters: Counters,
+    /// Whether the store has answered [`Store::decide_sync`] (until it
+    /// declines once): single-quota checks try it before any future.
+    sync_store: AtomicBool,
     last_warning: AtomicU64,
     last_shadow_log: AtomicU64,
     breaker: Option<Breaker>,
@@ -227,6 +284,17 @@ impl Failure {
 
 type Call<'a, T> = Pin<Box<dyn Future<Output = StoreResult<T>> + Send + 'a>>;
 
+/// What the synchronous attempt at one decision came to.
+enum Attempt {
+    /// Decided, counted and recorded.
+    Done(Decision),
+    /// The store failed or the breaker is open (counted): the fallback
+    /// store or the failure policy decides, on the async path.
+    Failed(Failure),
+    /// The store answers only through its future: the async path decides.
+    NotSync,
+}
+
 /// One decision: [`Store::decide_sync`] first (an in-process store answers
 /// there, with no future to box), else the store's boxed `decide` future.
 /// Polled inside the limiter's panic guard and timeout.
@@ -281,10 +349,21 @@ impl Limiter {
     ///
     /// A cost of 1 is valid for every quota, so this cannot fail.
     pub async fn check(&self, caller: impl AsRef<[u8]>) -> Decision {
-        match self.check_n(caller, 1).await {
-            Ok(d) => d,
+        let caller = caller.as_ref();
+        let inner = &*self.inner;
+        if let [q] = &inner.quotas[..] {
+            // A cost of 1 needs no check. An in-process store decides here,
+            // before any future below this one is created.
+            let span = telemetry::span(&inner.namespace);
+            return match self.decide_one_sync(0, q, caller, 1, &span) {
+                Attempt::Done(d) => d,
+                attempt => self.one_async(0, q, caller, 1, attempt, span).await,
+            };
+        }
+        match self.check_all(caller, 1).await {
+            Ok(v) => v.decision,
             // Unreachable: every validated quota has a limit of at least 1.
-            Err(_) => Decision::from_policy(self.inner.policy == FailurePolicy::FailOpen, 0),
+            Err(_) => Decision::from_policy(inner.policy == FailurePolicy::FailOpen, 0),
         }
     }
 
@@ -301,10 +380,7 @@ impl Limiter {
         if self.inner.quotas.len() == 1 {
             let q = &self.inner.quotas[0];
             q.check_cost(cost)?;
-            return Ok(self
-                .with_key(caller, async |key| self.decide_one(0, q, key, cost).await)
-                .instrument(telemetry::span(&self.inner.namespace))
-                .await);
+            return Ok(self.one(0, q, caller, cost).await);
         }
         Ok(self.check_all(caller, cost).await?.decision)
     }
@@ -344,12 +420,7 @@ impl Limiter {
         }
         let caller = caller.as_ref();
         if inner.quotas.len() == 1 {
-            let d = self
-                .with_key(caller, async |key| {
-                    self.decide_one(0, &inner.quotas[0], key, costs[0]).await
-                })
-                .instrument(telemetry::span(&inner.namespace))
-                .await;
+            let d = self.one(0, &inner.quotas[0], caller, costs[0]).await;
             return Ok(Verdict {
                 decision: d.clone(),
                 binding: 0,
@@ -372,13 +443,141 @@ impl Limiter {
         cost: u64,
     ) -> Result<Decision, CostError> {
         quota.check_cost(cost)?;
-        let caller = caller.as_ref();
-        Ok(self
-            .with_key(caller, async |key| {
-                self.decide_one(usize::MAX, quota, key, cost).await
-            })
-            .instrument(telemetry::span(&self.inner.namespace))
-            .await)
+        Ok(self.one(usize::MAX, quota, caller.as_ref(), cost).await)
+    }
+
+    /// One quota (`index` in the limiter's quotas, or `usize::MAX` for a
+    /// quota from [`Limiter::check_quota`]), in its decision span: decided
+    /// synchronously when the store answers so ([`Store::decide_sync`]: no
+    /// future is created below this one), else through the async path.
+    async fn one(&self, index: usize, quota: &Quota, caller: &[u8], cost: u64) -> Decision {
+        let span = telemetry::span(&self.inner.namespace);
+        match self.decide_one_sync(index, quota, caller, cost, &span) {
+            Attempt::Done(d) => d,
+            attempt => {
+                self.one_async(index, quota, caller, cost, attempt, span)
+                    .await
+            }
+        }
+    }
+
+    /// What [`Limiter::decide_one_sync`] left to the async path, in `span`.
+    async fn one_async(
+        &self,
+        index: usize,
+        quota: &Quota,
+        caller: &[u8],
+        cost: u64,
+        attempt: Attempt,
+        span: tracing::Span,
+    ) -> Decision {
+        match attempt {
+            Attempt::Done(d) => d,
+            Attempt::Failed(failure) => {
+                self.with_key(caller, async |key| {
+                    self.after_failure(index, quota, key, cost, failure).await
+                })
+                .instrument(span)
+                .await
+            }
+            Attempt::NotSync => {
+                self.with_key(caller, async |key| {
+                    self.decide_one(index, quota, key, cost).await
+                })
+                .instrument(span)
+                .await
+            }
+        }
+    }
+
+    /// Builds `namespace ~ caller` on the stack (for the common short key)
+    /// and runs `f` with it.
+    #[inline]
+    fn with_key_sync<R>(&self, caller: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+        let ns = self.inner.namespace.as_bytes();
+        let len = ns.len() + 1 + caller.len();
+        if len <= INLINE_KEY {
+            let mut inline = [0u8; INLINE_KEY];
+            inline[..ns.len()].copy_from_slice(ns);
+            inline[ns.len()] = NAMESPACE_SEPARATOR;
+            inline[ns.len() + 1..len].copy_from_slice(caller);
+            f(&inline[..len])
+        } else {
+            f(&[ns, &[NAMESPACE_SEPARATOR], caller].concat())
+        }
+    }
+
+    /// The clock time, read only when something uses it (the circuit
+    /// breaker, the deny cache); 0 otherwise.
+    #[inline]
+    fn now_if_needed(&self) -> Micros {
+        let inner = &*self.inner;
+        #[cfg(feature = "deny-cache")]
+        let cache = inner.deny_cache.is_some();
+        #[cfg(not(feature = "deny-cache"))]
+        let cache = false;
+        if inner.breaker.is_some() || cache {
+            inner.clock.now()
+        } else {
+            0
+        }
+    }
+
+    /// [`Limiter::decide_one`] without a future, for a store that answers
+    /// synchronously: the same deny cache, breaker, panic guard, counters,
+    /// shadow handling and telemetry, in `span`. What it cannot finish
+    /// without waiting (a store failure's fallback) it hands back.
+    fn decide_one_sync(
+        &self,
+        index: usize,
+        quota: &Quota,
+        caller: &[u8],
+        cost: u64,
+        span: &tracing::Span,
+    ) -> Attempt {
+        let inner = &*self.inner;
+        if !inner.sync_store.load(Ordering::Relaxed) {
+            return Attempt::NotSync;
+        }
+        let _entered = (!span.is_disabled()).then(|| span.enter());
+        self.with_key_sync(caller, |key| {
+            let shadow = inner.shadow.get(index).copied().unwrap_or(false);
+            let now = self.now_if_needed();
+            #[cfg(feature = "deny-cache")]
+            if !shadow {
+                if let Some(d) = self.cached_denial(index, quota, key, cost, now) {
+                    self.count_in(&d, quota, span);
+                    return Attempt::Done(d);
+                }
+            }
+            let permit = match self.permit(now) {
+                Ok(p) => p,
+                Err(failure) => return Attempt::Failed(failure),
+            };
+            let started = telemetry::Started::now();
+            let store = &*inner.store;
+            let answer =
+                std::panic::catch_unwind(AssertUnwindSafe(|| store.decide_sync(key, quota, cost)));
+            started.record(&inner.labels);
+            let failure = match answer {
+                Ok(Some(Ok(mut d))) => {
+                    self.answered(permit);
+                    self.accept(index, quota, key, cost, shadow, now, &mut d);
+                    self.count_in(&d, quota, span);
+                    return Attempt::Done(d);
+                }
+                Ok(Some(Err(e))) => Failure::Error(e),
+                Err(_) => Failure::Panicked,
+                // Not an in-process store: from now on this limiter takes
+                // the async path at once (dropping the permit frees a
+                // probe's slot for it).
+                Ok(None) => {
+                    inner.sync_store.store(false, Ordering::Relaxed);
+                    return Attempt::NotSync;
+                }
+            };
+            Attempt::Failed(self.failed(failure, permit))
+        })
     }
 
     /// Builds `namespace ~ caller` (on the stack for the common short key)
@@ -405,17 +604,7 @@ impl Limiter {
         F: Future<Output = StoreResult<T>> + Unpin + Send + 'a,
     {
         let inner = &*self.inner;
-        let permit = match &inner.breaker {
-            Some(b) => match b.permit(now) {
-                Permit::Open => {
-                    bump(&inner.counters.short_circuits);
-                    telemetry::short_circuit(&inner.labels);
-                    return Err(Failure::Open);
-                }
-                p => Some(p),
-            },
-            None => None,
-        };
+        let permit = self.permit(now)?;
         let started = telemetry::Started::now();
         let outcome = Guarded {
             call,
@@ -425,51 +614,89 @@ impl Limiter {
         }
         .await;
         started.record(&inner.labels);
-        let probe = matches!(permit, Some(Permit::Probe(_)));
-        let result = match outcome {
-            Guard::Done(Ok(v)) => Ok(v),
-            Guard::Done(Err(e)) => {
-                bump(&inner.counters.errors);
-                telemetry::store_failure(&inner.labels, "error");
-                Err(Failure::Error(e))
+        self.settle(outcome, permit)
+    }
+
+    /// The circuit breaker's word on a store call at `now`: go (with a
+    /// probe's slot when half open), or, when open, the short circuit,
+    /// counted.
+    #[inline]
+    fn permit(&self, now: Micros) -> Result<Option<Permit<'_>>, Failure> {
+        let inner = &*self.inner;
+        match &inner.breaker {
+            Some(b) => match b.permit(now) {
+                Permit::Open => {
+                    bump(&inner.counters.local().short_circuits);
+                    telemetry::short_circuit(&inner.labels);
+                    Err(Failure::Open)
+                }
+                p => Ok(Some(p)),
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// How a store call ended, counted, recorded and told to the breaker.
+    fn settle<T>(
+        &self,
+        outcome: Guard<StoreResult<T>>,
+        permit: Option<Permit<'_>>,
+    ) -> Result<T, Failure> {
+        match outcome {
+            Guard::Done(Ok(v)) => {
+                self.answered(permit);
+                Ok(v)
             }
-            Guard::Panicked => {
-                bump(&inner.counters.errors);
-                telemetry::store_failure(&inner.labels, "panic");
-                Err(Failure::Panicked)
-            }
-            Guard::TimedOut => {
-                bump(&inner.counters.timeouts);
-                telemetry::store_failure(&inner.labels, "timeout");
-                Err(Failure::Timeout)
-            }
-        };
+            Guard::Done(Err(e)) => Err(self.failed(Failure::Error(e), permit)),
+            Guard::Panicked => Err(self.failed(Failure::Panicked, permit)),
+            Guard::TimedOut => Err(self.failed(Failure::Timeout, permit)),
+        }
+    }
+
+    /// A store call answered: the breaker closes if it was open.
+    #[inline]
+    fn answered(&self, permit: Option<Permit<'_>>) {
+        let inner = &*self.inner;
         if let Some(b) = &inner.breaker {
-            match &result {
-                Ok(_) => {
-                    if b.success() {
-                        tracing::info!(namespace = %inner.namespace, "rate-limit store answers again: circuit breaker closed");
-                        telemetry::breaker(&inner.labels, false);
-                    }
-                }
-                Err(_) => {
-                    if b.failure(inner.clock.now(), probe) {
-                        tracing::warn!(namespace = %inner.namespace, probe, "rate-limit store failing: circuit breaker open");
-                        telemetry::breaker(&inner.labels, true);
-                    }
-                }
+            if b.success() {
+                tracing::info!(namespace = %inner.namespace, "rate-limit store answers again: circuit breaker closed");
+                telemetry::breaker(&inner.labels, false);
             }
         }
         drop(permit);
-        result
+    }
+
+    /// A store call failed (an error, a panic, a timeout): counted,
+    /// recorded, and told to the breaker.
+    #[cold]
+    fn failed(&self, failure: Failure, permit: Option<Permit<'_>>) -> Failure {
+        let inner = &*self.inner;
+        let probe = matches!(permit, Some(Permit::Probe(_)));
+        let (counter, kind) = match failure {
+            Failure::Error(_) => (&inner.counters.local().errors, "error"),
+            Failure::Panicked => (&inner.counters.local().errors, "panic"),
+            Failure::Timeout => (&inner.counters.local().timeouts, "timeout"),
+            // A short circuit: counted by `permit`, the store was not called.
+            Failure::Open => return failure,
+        };
+        bump(counter);
+        telemetry::store_failure(&inner.labels, kind);
+        if let Some(b) = &inner.breaker {
+            if b.failure(inner.clock.now(), probe) {
+                tracing::warn!(namespace = %inner.namespace, probe, "rate-limit store failing: circuit breaker open");
+                telemetry::breaker(&inner.labels, true);
+            }
+        }
+        drop(permit);
+        failure
     }
 
     /// One quota (`index` in the limiter's quotas, or `usize::MAX` for a
-    /// quota from [`Limiter::check_quota`]).
+    /// quota from [`Limiter::check_quota`]), through the store's future.
     async fn decide_one(&self, index: usize, quota: &Quota, key: &[u8], cost: u64) -> Decision {
         let inner = &*self.inner;
         let shadow = inner.shadow.get(index).copied().unwrap_or(false);
-        let now = inner.clock.now();
+        let now = self.now_if_needed();
         #[cfg(feature = "deny-cache")]
         if !shadow {
             if let Some(d) = self.cached_denial(index, quota, key, cost, now) {
@@ -486,27 +713,58 @@ impl Limiter {
             timeout: inner.timeout,
             pending: None,
         };
-        let d = match self.call(call, now).await {
+        match self.call(call, now).await {
             Ok(mut d) => {
-                #[cfg(feature = "deny-cache")]
-                if !shadow {
-                    self.remember_denial(index, key, cost, &d, now);
-                }
-                if shadow && !d.allowed {
-                    self.shadow_denied(quota);
-                    d.allowed = true;
-                    d.retry_after = None;
-                    d.source = Source::Shadow;
-                }
+                self.accept(index, quota, key, cost, shadow, now, &mut d);
+                self.count(&d, quota);
                 d
             }
-            Err(failure) => {
-                self.fail(quota, &failure);
-                match self.fallback_one(index, quota, key, cost).await {
-                    Some(d) => d,
-                    None => self.by_policy(quota),
-                }
-            }
+            Err(failure) => self.after_failure(index, quota, key, cost, failure).await,
+        }
+    }
+
+    /// A store decision for one quota: remembered by the deny cache, and
+    /// admitted if only a shadow quota denies it (in place).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn accept(
+        &self,
+        index: usize,
+        quota: &Quota,
+        key: &[u8],
+        cost: u64,
+        shadow: bool,
+        now: Micros,
+        d: &mut Decision,
+    ) {
+        #[cfg(feature = "deny-cache")]
+        if !shadow {
+            self.remember_denial(index, key, cost, d, now);
+        }
+        #[cfg(not(feature = "deny-cache"))]
+        let _ = (index, key, cost, now);
+        if shadow && !d.allowed {
+            self.shadow_denied(quota);
+            d.allowed = true;
+            d.retry_after = None;
+            d.source = Source::Shadow;
+        }
+    }
+
+    /// One quota whose store call failed (or was short-circuited): logged,
+    /// then decided by the fallback store or the failure policy, counted.
+    async fn after_failure(
+        &self,
+        index: usize,
+        quota: &Quota,
+        key: &[u8],
+        cost: u64,
+        failure: Failure,
+    ) -> Decision {
+        self.fail(quota, &failure);
+        let d = match self.fallback_one(index, quota, key, cost).await {
+            Some(d) => d,
+            None => self.by_policy(quota),
         };
         self.count(&d, quota);
         d
@@ -704,7 +962,7 @@ impl Limiter {
     /// second per limiter.
     fn shadow_denied(&self, quota: &Quota) {
         let inner = &*self.inner;
-        bump(&inner.counters.shadow_denials);
+        bump(&inner.counters.local().shadow_denials);
         telemetry::shadow_denial(&inner.labels, quota);
         let now = inner.clock.now();
         let last = inner.last_shadow_log.load(Ordering::Relaxed);
@@ -717,15 +975,21 @@ impl Limiter {
             tracing::info!(
                 namespace = %inner.namespace,
                 policy = quota.name(),
-                would_deny = inner.counters.shadow_denials.load(Ordering::Relaxed),
+                would_deny = inner.counters.sum(|s| &s.shadow_denials),
                 "shadow quota would have denied a call (admitted; logged at most once a second)"
             );
         }
     }
 
-    /// Counts the decision in the stats, metrics and a debug span.
+    /// Counts the decision in the stats, metrics and the current span.
     fn count(&self, d: &Decision, quota: &Quota) {
-        let c = &self.inner.counters;
+        self.count_in(d, quota, &tracing::Span::current());
+    }
+
+    /// Counts the decision in the stats, metrics and `span`.
+    #[inline]
+    fn count_in(&self, d: &Decision, quota: &Quota, span: &tracing::Span) {
+        let c = self.inner.counters.local();
         bump(match d.source {
             Source::Store | Source::Shadow if d.allowed => &c.allowed,
             Source::Store | Source::Shadow => &c.denied,
@@ -734,7 +998,7 @@ impl Limiter {
             Source::Fallback => &c.fallback,
             Source::Cache => &c.cache_hits,
         });
-        telemetry::decision(&self.inner.labels, quota, d);
+        telemetry::decision(&self.inner.labels, quota, d, span);
     }
 
     #[cfg(feature = "deny-cache")]
@@ -880,18 +1144,17 @@ impl Limiter {
     /// How decisions have been reached so far.
     pub fn stats(&self) -> LimiterStats {
         let c = &self.inner.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         LimiterStats {
-            allowed: l(&c.allowed),
-            denied: l(&c.denied),
-            fail_open: l(&c.fail_open),
-            fail_closed: l(&c.fail_closed),
-            fallback: l(&c.fallback),
-            cache_hits: l(&c.cache_hits),
-            shadow_denials: l(&c.shadow_denials),
-            errors: l(&c.errors),
-            timeouts: l(&c.timeouts),
-            short_circuits: l(&c.short_circuits),
+            allowed: c.sum(|s| &s.allowed),
+            denied: c.sum(|s| &s.denied),
+            fail_open: c.sum(|s| &s.fail_open),
+            fail_closed: c.sum(|s| &s.fail_closed),
+            fallback: c.sum(|s| &s.fallback),
+            cache_hits: c.sum(|s| &s.cache_hits),
+            shadow_denials: c.sum(|s| &s.shadow_denials),
+            errors: c.sum(|s| &s.errors),
+            timeouts: c.sum(|s| &s.timeouts),
+            short_circuits: c.sum(|s| &s.short_circuits),
         }
     }
 }

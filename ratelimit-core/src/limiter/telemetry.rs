@@ -98,10 +98,10 @@ pub(crate) fn span(namespace: &str) -> tracing::Span {
     )
 }
 
-/// One decision: the span's fields and the decisions counter.
-pub(crate) fn decision(labels: &Labels, quota: &Quota, d: &Decision) {
+/// One decision: the fields of its span (`span`) and the decisions counter.
+#[inline]
+pub(crate) fn decision(labels: &Labels, quota: &Quota, d: &Decision, span: &tracing::Span) {
     let outcome = if d.allowed { "allowed" } else { "denied" };
-    let span = tracing::Span::current();
     if !span.is_disabled() {
         span.record("policy", quota.name());
         span.record("algorithm", quota.kind().code());

@@ -49,6 +49,10 @@ fn ceil_div(x: i64, r: i64) -> i64 {
 /// No value formed exceeds `full + refill <= 2^53 - 1`: `d` is compared
 /// through `tat - now <= (full - need - rem) / refill` rather than formed,
 /// and the retry is `(tat - now) + ceil((rem + need - full) / refill)`.
+///
+/// Inlined into callers (the local store's compare-and-swap loop) so the
+/// decision is built in place rather than returned through memory.
+#[inline(always)]
 pub(super) fn step(
     b: &Bucket,
     state: Option<TokenBucketState>,
@@ -106,7 +110,7 @@ pub(super) fn step(
 /// [`step`] for `refill == 1` (a whole number of µs per token, the common
 /// case): `rem` is always 0 and the shortfall is `tat - now` itself, so the
 /// same arithmetic needs no division by `refill`.
-#[inline]
+#[inline(always)]
 fn whole_micros(
     b: &Bucket,
     state: Option<TokenBucketState>,

@@ -20,15 +20,24 @@ pub struct ModelStore {
     state: Mutex<Slots>,
     pub calls: AtomicU64,
     pub down: AtomicBool,
+    /// Whether it answers `decide_sync` (as an in-process store does), so
+    /// the limiter takes its synchronous path.
+    pub sync: bool,
 }
 
 impl ModelStore {
     pub fn new(clock: impl Clock + 'static) -> Self {
+        Self::with_sync(clock, false)
+    }
+
+    /// A store that answers `decide_sync` when `sync` is set.
+    pub fn with_sync(clock: impl Clock + 'static, sync: bool) -> Self {
         Self {
             clock: Arc::new(clock),
             state: Mutex::default(),
             calls: AtomicU64::new(0),
             down: AtomicBool::new(false),
+            sync,
         }
     }
 
@@ -52,7 +61,31 @@ impl Store for ModelStore {
         Ok(d.remove(0))
     }
 
+    fn decide_sync(&self, key: &[u8], quota: &Quota, cost: u64) -> Option<Result<Decision>> {
+        if !self.sync {
+            return None;
+        }
+        Some(
+            self.decide_all_now(key, &[Charge::new(quota, cost)])
+                .map(|mut d| d.remove(0)),
+        )
+    }
+
     async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
+        self.decide_all_now(key, charges)
+    }
+
+    fn atomic_all(&self) -> bool {
+        true
+    }
+
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        Some(self.clock.clone())
+    }
+}
+
+impl ModelStore {
+    fn decide_all_now(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.down.load(Ordering::SeqCst) {
             return Err(StoreError::message("connection refused", true));
@@ -77,13 +110,5 @@ impl Store for ModelStore {
             }
         }
         Ok(step.decisions)
-    }
-
-    fn atomic_all(&self) -> bool {
-        true
-    }
-
-    fn clock(&self) -> Option<Arc<dyn Clock>> {
-        Some(self.clock.clone())
     }
 }
