@@ -21,6 +21,13 @@ const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// `BENCHMARKS.md`, "The local store's sweep").
 const STEP_BUDGET: usize = 2_048;
 
+/// The automatic sweep walks at most this many buckets per second of clock
+/// time: a pass over a large store takes longer than the sweep interval
+/// rather than walking millions of buckets (and evicting the callers' hot
+/// cache lines) every second. A store of 1,000,000 callers (about
+/// 1,400,000 buckets) is walked in about 14 s.
+const MAX_WALK_PER_SECOND: u64 = 100_000;
+
 /// Work units an explicit [`DashMapStore::sweep`] spends per shard lock it
 /// takes, so that it never holds one long.
 const FULL_SWEEP_CHUNK: usize = 8 * STEP_BUDGET;
@@ -47,6 +54,9 @@ struct Cursor {
     bucket: usize,
     /// Clock time of the pass's first step.
     started: Micros,
+    /// Clock time the pass is paced to take: the sweep interval, or longer
+    /// for a store too large to walk at [`MAX_WALK_PER_SECOND`] in it.
+    length: Micros,
     /// Buckets and shards in every map when the pass started.
     total: u64,
     /// Buckets and shards walked so far in this pass.
@@ -152,8 +162,10 @@ impl DashMapStore {
 
     /// Sets the clock time in which the automatic sweep walks every map once
     /// (default 1 s; the first pass starts one interval after this call).
-    /// An idle entry is evicted within about two intervals of its TTL
-    /// passing, given traffic (steps are taken by decisions). `Duration::MAX`
+    /// A pass walks at most 100,000 table slots per second, so a large
+    /// store's pass takes longer (about 14 s for 1,000,000 callers). An idle
+    /// entry is evicted within about two passes of its TTL passing, given
+    /// traffic (steps are taken by decisions). `Duration::MAX`
     /// turns automatic sweeps off (call [`DashMapStore::sweep`] yourself).
     pub fn sweep_interval(mut self, interval: Duration) -> Self {
         self.sweep_interval = ratelimit_core::clock::duration_to_micros(interval);
@@ -292,10 +304,12 @@ impl DashMapStore {
             return;
         }
         if !c.active {
+            let total = self.walk_len() as u64;
             *c = Cursor {
                 active: true,
                 started: now,
-                total: self.walk_len() as u64,
+                length: pass_length(self.sweep_interval, total),
+                total,
                 ..Cursor::default()
             };
         }
@@ -323,12 +337,19 @@ impl DashMapStore {
             }
         }
         let next = if c.active {
-            pace(c.started, self.sweep_interval, c.walked, c.total)
+            pace(c.started, c.length, c.walked, c.total)
         } else {
-            c.started.saturating_add(self.sweep_interval)
+            c.started.saturating_add(c.length)
         };
         self.next_step.store(next, Ordering::Relaxed);
     }
+}
+
+/// How long a pass over `total` buckets is paced to take: the sweep
+/// interval, or as long as walking them at [`MAX_WALK_PER_SECOND`] takes.
+fn pass_length(interval: Micros, total: u64) -> Micros {
+    let at_max_rate = u128::from(total) * 1_000_000 / u128::from(MAX_WALK_PER_SECOND);
+    interval.max(u64::try_from(at_max_rate).unwrap_or(u64::MAX))
 }
 
 /// When a pass that started at `started` and walks `total` buckets in
@@ -745,6 +766,15 @@ mod tests {
         // The explicit sweep still removes every idle caller at once.
         assert_eq!(store.sweep(), CALLERS as usize - removed);
         assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn a_large_store_is_walked_at_a_bounded_rate() {
+        let second = 1_000_000;
+        assert_eq!(pass_length(second, 0), second);
+        assert_eq!(pass_length(second, 50_000), second);
+        assert_eq!(pass_length(second, 1_400_000), 14 * second);
+        assert_eq!(pass_length(10 * second, 500_000), 10 * second);
     }
 
     /// Decisions over simulated time evict every idle caller, a bounded
