@@ -177,6 +177,9 @@ impl ClusterStoreBuilder {
         engine.set_prefix(&self.prefix)?;
         engine.set_clock(self.clock);
         engine.set_max_in_flight(self.max_in_flight);
+        // Every master's clock, learnt now: the first call on each slot
+        // carries a deadline too (see `ratelimit_redis::deadline`).
+        crate::connection::learn_clocks(&connection, engine.server_clock()).await;
         let store = ClusterStore::with_engine(Backend::Redis(connection), engine);
         if self.load_scripts {
             store.load_scripts().await?;

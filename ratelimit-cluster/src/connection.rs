@@ -164,3 +164,51 @@ async fn redis_eval(
         }
     }
 }
+
+/// Reads every master's `TIME` once (one call per slot range of `CLUSTER
+/// SLOTS`, routed to the range's first slot) and teaches `clock` the offset
+/// for every slot of the range, so that the first call on each slot
+/// carries a deadline too. Best effort: a range that does not answer is
+/// learnt from its first reply instead.
+pub(crate) async fn learn_clocks(
+    conn: &ClusterConnection,
+    clock: &ratelimit_redis::deadline::ServerClock,
+) {
+    use redis::cluster_routing::{Route as SlotRoute, RoutingInfo, SlotAddr};
+    let mut conn = conn.clone();
+    let Ok(slots) = conn
+        .route_command(
+            redis::cmd("CLUSTER").arg("SLOTS").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await
+    else {
+        return;
+    };
+    let Ok(ranges) = redis::from_redis_value::<Vec<Vec<Value>>>(slots) else {
+        return;
+    };
+    for range in ranges {
+        let (Some(Value::Int(start)), Some(Value::Int(end))) = (range.first(), range.get(1)) else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u16::try_from(*start), u16::try_from(*end)) else {
+            continue;
+        };
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(SlotRoute::new(
+            start,
+            SlotAddr::Master,
+        )));
+        let Ok(time) = conn.route_command(redis::cmd("TIME"), routing).await else {
+            continue;
+        };
+        let received = std::time::Instant::now();
+        let Ok((secs, micros)) = redis::from_redis_value::<(i64, i64)>(time) else {
+            continue;
+        };
+        let server_now = secs.saturating_mul(1_000_000).saturating_add(micros);
+        for slot in start..=end {
+            clock.observe(usize::from(slot), server_now, received);
+        }
+    }
+}

@@ -52,3 +52,30 @@ async fn redis_rs_calls_answered_by_policy_during_a_pause_are_never_counted() {
 async fn fred_calls_answered_by_policy_during_a_pause_are_never_counted() {
     check(Lib::Fred).await;
 }
+
+/// The builder reads every master's `TIME` once: a built store's first call
+/// on any slot already carries a deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_built_store_knows_every_slots_clock_before_its_first_call() {
+    let cluster = RedisCluster::shared();
+    let store = common::store(
+        Lib::RedisRs,
+        &cluster,
+        cluster.prefix(),
+        Duration::from_millis(500),
+        Duration::from_secs(2),
+    )
+    .await;
+    let clock = store.engine().server_clock();
+    let offsets: Vec<i64> = (0..ratelimit_redis::keys::SLOTS)
+        .map(|slot| {
+            clock
+                .offset(slot)
+                .unwrap_or_else(|| panic!("slot {slot}: no clock offset after build"))
+        })
+        .collect();
+    // The nodes run on one machine: one clock, give or take the time the
+    // replies took.
+    let (min, max) = (offsets.iter().min().unwrap(), offsets.iter().max().unwrap());
+    assert!(max - min < 1_000_000, "offsets spread {min}..{max} µs");
+}

@@ -32,8 +32,11 @@
 //! its first reply, and that first call carries none.
 //!
 //! A cluster's nodes each have their own clock: the store keeps one offset
-//! per hash slot, learnt from the node that answered for that slot, so the
-//! first call on each slot carries no deadline.
+//! per hash slot, learnt from the node that answered for that slot.
+//! `ClusterStoreBuilder::build` reads every master's `TIME` once (one call
+//! per slot range), so a built cluster store's first call on any slot
+//! carries a deadline; one made from a client you hold learns each slot's
+//! offset from its first reply on that slot.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
