@@ -220,11 +220,8 @@ impl Engine {
     ) -> Result<Decision, StoreError> {
         quota.check_cost(cost)?;
         let call = Call::one(&self.prefix, key, quota, cost, self.now()?);
-        let raw = self.send(transport, call, deadline).await?;
-        match decode::split(&raw)? {
-            Reply::Decided { decisions, .. } => decode::decision(decisions, quota.limit()),
-            Reply::Expired { .. } => Err(self.expired()),
-        }
+        let decisions = self.send(transport, call, deadline).await?;
+        decode::decision(&decisions, quota.limit())
     }
 
     /// One all-or-nothing decision over `charges`, one script call whatever
@@ -243,11 +240,8 @@ impl Engine {
             return Ok(Vec::new());
         }
         let call = Call::all(&self.prefix, key, charges, self.now()?);
-        let raw = self.send(transport, call, deadline).await?;
-        match decode::split(&raw)? {
-            Reply::Decided { decisions, .. } => decode::decisions(decisions, charges),
-            Reply::Expired { .. } => Err(self.expired()),
-        }
+        let decisions = self.send(transport, call, deadline).await?;
+        decode::decisions(&decisions, charges)
     }
 
     fn expired(&self) -> StoreError {
@@ -256,7 +250,9 @@ impl Engine {
     }
 
     /// Sends `call` with its deadline in server time, within the in-flight
-    /// bound and the deadline; learns the server's clock from the reply.
+    /// bound and the deadline; learns the server's clock from the reply and
+    /// returns its decision integers (4 per quota), or a timeout when the
+    /// script found the deadline passed.
     async fn send(
         &self,
         transport: &dyn Transport,
@@ -288,17 +284,26 @@ impl Engine {
                     ));
                 }
             };
-        match decode::split(&raw) {
-            Ok(Reply::Decided {
-                server_now: Some(t),
-                ..
-            })
-            | Ok(Reply::Expired { server_now: t }) => {
-                shared.server_clock.observe(index, t, Instant::now());
-            }
-            _ => {}
-        }
+        let received = Instant::now();
         shared.answered.fetch_max(ticket, Ordering::AcqRel);
-        Ok(raw)
+        let (decided, server_now) = match decode::split(&raw)? {
+            Reply::Decided {
+                decisions,
+                server_now,
+            } => (Some(decisions.len()), server_now),
+            Reply::Expired { server_now } => (None, Some(server_now)),
+        };
+        if let Some(t) = server_now {
+            shared.server_clock.observe(index, t, received);
+        }
+        match decided {
+            Some(n) => {
+                // Drop the server's TIME after the decisions, if any.
+                let mut decisions = raw;
+                decisions.truncate(n);
+                Ok(decisions)
+            }
+            None => Err(self.expired()),
+        }
     }
 }
