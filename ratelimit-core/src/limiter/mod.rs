@@ -334,6 +334,26 @@ impl Future for SyncFirst<'_> {
     }
 }
 
+/// `namespace ~ caller`: written into `inline` when it fits (the common
+/// short key: no allocation), else on the heap.
+#[inline]
+fn namespaced<'a>(
+    namespace: &str,
+    caller: &[u8],
+    inline: &'a mut [u8; INLINE_KEY],
+) -> Result<&'a [u8], Vec<u8>> {
+    let ns = namespace.as_bytes();
+    let len = ns.len() + 1 + caller.len();
+    if len <= INLINE_KEY {
+        inline[..ns.len()].copy_from_slice(ns);
+        inline[ns.len()] = NAMESPACE_SEPARATOR;
+        inline[ns.len() + 1..len].copy_from_slice(caller);
+        Ok(&inline[..len])
+    } else {
+        Err([ns, &[NAMESPACE_SEPARATOR], caller].concat())
+    }
+}
+
 impl Limiter {
     /// Starts building a limiter over `store`.
     pub fn builder(store: impl Store + 'static) -> LimiterBuilder {
@@ -494,16 +514,10 @@ impl Limiter {
     /// and runs `f` with it.
     #[inline]
     fn with_key_sync<R>(&self, caller: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
-        let ns = self.inner.namespace.as_bytes();
-        let len = ns.len() + 1 + caller.len();
-        if len <= INLINE_KEY {
-            let mut inline = [0u8; INLINE_KEY];
-            inline[..ns.len()].copy_from_slice(ns);
-            inline[ns.len()] = NAMESPACE_SEPARATOR;
-            inline[ns.len() + 1..len].copy_from_slice(caller);
-            f(&inline[..len])
-        } else {
-            f(&[ns, &[NAMESPACE_SEPARATOR], caller].concat())
+        let mut inline = [0u8; INLINE_KEY];
+        match namespaced(&self.inner.namespace, caller, &mut inline) {
+            Ok(key) => f(key),
+            Err(heap) => f(&heap),
         }
     }
 
@@ -583,17 +597,10 @@ impl Limiter {
     /// Builds `namespace ~ caller` (on the stack for the common short key)
     /// and runs `f` with it.
     async fn with_key<R>(&self, caller: &[u8], f: impl AsyncFnOnce(&[u8]) -> R) -> R {
-        let ns = self.inner.namespace.as_bytes();
-        let len = ns.len() + 1 + caller.len();
-        if len <= INLINE_KEY {
-            let mut inline = [0u8; INLINE_KEY];
-            inline[..ns.len()].copy_from_slice(ns);
-            inline[ns.len()] = NAMESPACE_SEPARATOR;
-            inline[ns.len() + 1..len].copy_from_slice(caller);
-            f(&inline[..len]).await
-        } else {
-            let heap = [ns, &[NAMESPACE_SEPARATOR], caller].concat();
-            f(&heap).await
+        let mut inline = [0u8; INLINE_KEY];
+        match namespaced(&self.inner.namespace, caller, &mut inline) {
+            Ok(key) => f(key).await,
+            Err(heap) => f(&heap).await,
         }
     }
 
