@@ -553,7 +553,8 @@ pub async fn deny_cache_check_can_fail(
 }
 
 /// A store that counts the calls that reach it (one per decision, whatever
-/// the number of quotas).
+/// the number of quotas), forwarding every call, the caller's deadline
+/// included.
 #[derive(Debug)]
 pub(crate) struct Counted {
     inner: Arc<dyn Store>,
@@ -603,6 +604,25 @@ impl Store for Counted {
     ) -> ratelimit_core::Result<Vec<Decision>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.decide_all(key, charges).await
+    }
+    async fn decide_before(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        deadline: std::time::Instant,
+    ) -> ratelimit_core::Result<Decision> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.decide_before(key, quota, cost, deadline).await
+    }
+    async fn decide_all_before(
+        &self,
+        key: &[u8],
+        charges: &[Charge<'_>],
+        deadline: std::time::Instant,
+    ) -> ratelimit_core::Result<Vec<Decision>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.decide_all_before(key, charges, deadline).await
     }
     fn atomic_all(&self) -> bool {
         self.inner.atomic_all()
