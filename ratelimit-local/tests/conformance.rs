@@ -2,28 +2,16 @@
 //! the in-process case counts: with the default sweep, and with a sweep step
 //! on every call.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::Local;
 use ratelimit_core::{ManualClock, Store, SystemClock};
 use ratelimit_local::DashMapStore;
 use ratelimit_testkit::conformance::concurrency_report;
 use ratelimit_testkit::{StoreFactory, SuiteConfig, run_all};
-
-/// Stores with the default sweep interval (1 s).
-struct Local;
-
-#[async_trait::async_trait]
-impl StoreFactory for Local {
-    async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>> {
-        // One map per call; every "instance" is the same in-process store.
-        let store: Arc<dyn Store> = match clock {
-            Some(c) => Arc::new(DashMapStore::with_clock(c)),
-            None => Arc::new(DashMapStore::with_clock(SystemClock)),
-        };
-        vec![store; n]
-    }
-}
 
 /// Stores whose automatic sweep takes a step on every call: if a step ever
 /// removed a caller whose state differs from a fresh one, a contract would

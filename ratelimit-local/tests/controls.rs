@@ -3,26 +3,11 @@
 //! cache admits exactly what the store admits, shadow quotas count but
 //! never deny, `acquire` paces, shares one quota and is cancel-safe.
 
-use std::sync::Arc;
+mod common;
 
-use ratelimit_core::{ManualClock, Store, SystemClock};
-use ratelimit_local::DashMapStore;
+use common::Local;
+use ratelimit_testkit::SuiteConfig;
 use ratelimit_testkit::controls;
-use ratelimit_testkit::{StoreFactory, SuiteConfig};
-
-struct Local;
-
-#[async_trait::async_trait]
-impl StoreFactory for Local {
-    async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>> {
-        // One map per call; every "instance" is the same in-process store.
-        let store: Arc<dyn Store> = match clock {
-            Some(c) => Arc::new(DashMapStore::with_clock(c)),
-            None => Arc::new(DashMapStore::with_clock(SystemClock)),
-        };
-        vec![store; n]
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_deny_cache_never_changes_what_is_admitted() {
