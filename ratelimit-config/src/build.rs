@@ -7,7 +7,7 @@ use ratelimit_core::{ConfigError, Quota, Rate};
 
 use crate::error::Error;
 use crate::raw::{AlgorithmName, RawFile, RawPolicy};
-use crate::units::UNIT_LIST;
+use crate::units::{UNIT_LIST, humanize_durations};
 
 /// What to write instead, per field.
 pub(crate) fn fix_for(field: &str) -> String {
@@ -74,8 +74,9 @@ impl At<'_> {
         )
     }
 
-    /// A constructor's error, reported against the field it is about.
-    fn rejected(&self, e: &ConfigError, algorithm: AlgorithmName) -> Error {
+    /// A constructor's error, reported against the field it is about, with
+    /// its durations written as in a file (`400d`, not `34560000s`).
+    fn rejected(&self, e: &ConfigError, algorithm: AlgorithmName, rate: Rate) -> Error {
         let named = match e {
             ConfigError::Zero { field }
             | ConfigError::NonFinite { field }
@@ -90,7 +91,11 @@ impl At<'_> {
             (_, Some("limit")) => "limit",
             (_, _) => "window",
         };
-        self.error(field, e.to_string())
+        let mut durations = vec![rate.period()];
+        if let ConfigError::WindowTooLong { max, .. } = e {
+            durations.push(*max);
+        }
+        self.error(field, humanize_durations(&e.to_string(), &durations))
     }
 }
 
@@ -138,17 +143,26 @@ fn build_one(index: usize, raw: &RawPolicy) -> Result<Quota, Error> {
     let Some(algorithm) = raw.algorithm else {
         return Err(at.error("algorithm", "missing `algorithm`"));
     };
-    let built = match algorithm {
+    let (built, rate) = match algorithm {
         AlgorithmName::TokenBucket => {
             let (rate, burst) = bucket_parts(&at, raw)?;
-            Quota::token_bucket(rate, burst)
+            (Quota::token_bucket(rate, burst), rate)
         }
-        AlgorithmName::FixedWindow => Quota::fixed_window(window_rate(&at, raw, algorithm)?),
-        AlgorithmName::SlidingWindow => Quota::sliding_window(window_rate(&at, raw, algorithm)?),
-        AlgorithmName::SlidingLog => Quota::sliding_log(window_rate(&at, raw, algorithm)?),
+        AlgorithmName::FixedWindow => {
+            let rate = window_rate(&at, raw, algorithm)?;
+            (Quota::fixed_window(rate), rate)
+        }
+        AlgorithmName::SlidingWindow => {
+            let rate = window_rate(&at, raw, algorithm)?;
+            (Quota::sliding_window(rate), rate)
+        }
+        AlgorithmName::SlidingLog => {
+            let rate = window_rate(&at, raw, algorithm)?;
+            (Quota::sliding_log(rate), rate)
+        }
     };
     built
-        .map_err(|e| at.rejected(&e, algorithm))?
+        .map_err(|e| at.rejected(&e, algorithm, rate))?
         .named(name)
         .map_err(|e| at.error("name", e.to_string()))
 }

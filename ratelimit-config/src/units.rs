@@ -95,6 +95,70 @@ fn nanos_to_duration(nanos: u128, text: &str) -> Result<Duration, String> {
     Ok(Duration::new(secs, sub))
 }
 
+/// A duration as a person writes it: in the largest unit that divides it
+/// exactly (`d`, `h`, `m`, `s`, `ms`, `µs`), so 400 days is `"400d"`, not
+/// `"34560000s"`, and 90 seconds `"90s"`. Zero is `"0s"`; a duration that is
+/// not a whole number of microseconds is written in microseconds with
+/// decimals (`"0.5µs"`). Every result reads back with the units of a file.
+pub(crate) fn human_duration(d: Duration) -> String {
+    const STEPS: &[(u128, &str)] = &[
+        (86_400 * NANOS_PER_SEC, "d"),
+        (3_600 * NANOS_PER_SEC, "h"),
+        (60 * NANOS_PER_SEC, "m"),
+        (NANOS_PER_SEC, "s"),
+        (1_000_000, "ms"),
+        (1_000, "µs"),
+    ];
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".to_owned();
+    }
+    for &(per, unit) in STEPS {
+        if nanos % per == 0 {
+            return format!("{}{unit}", nanos / per);
+        }
+    }
+    let fraction = format!("{:03}", nanos % 1_000);
+    format!("{}.{}µs", nanos / 1_000, fraction.trim_end_matches('0'))
+}
+
+/// Rewrites, in `message`, each whole-word `Debug` form of `durations`
+/// (`"34560000s"`, which is how `ratelimit-core` prints a `Duration`) in
+/// [`human_duration`]'s form (`"400d"`). A word is whole when no letter or
+/// digit touches it (nor a `.` before it), so `"60s"` inside `"360s"` or
+/// `"1.60s"` is left alone.
+pub(crate) fn humanize_durations(message: &str, durations: &[Duration]) -> String {
+    let mut out = message.to_owned();
+    for &d in durations {
+        let (from, to) = (format!("{d:?}"), human_duration(d));
+        if from != to {
+            out = replace_word(&out, &from, &to);
+        }
+    }
+    out
+}
+
+fn replace_word(text: &str, from: &str, to: &str) -> String {
+    let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let mut out = String::with_capacity(text.len());
+    let mut done = 0;
+    for (at, _) in text.match_indices(from) {
+        if at < done {
+            continue;
+        }
+        let end = at + from.len();
+        let before = text[..at].chars().next_back();
+        if word(before) || before == Some('.') || word(text[end..].chars().next()) {
+            continue;
+        }
+        out.push_str(&text[done..at]);
+        out.push_str(to);
+        done = end;
+    }
+    out.push_str(&text[done..]);
+    out
+}
+
 /// Parses a rate: `"<count>/<period>"`, e.g. `"100/min"`, `"10/s"`,
 /// `"5/15m"`, `"1000 / 1h"`.
 pub(crate) fn parse_rate(text: &str) -> Result<Rate, String> {
@@ -149,6 +213,47 @@ mod tests {
         ] {
             assert!(parse_duration(bad, false).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn durations_are_printed_in_the_largest_exact_unit() {
+        let cases = [
+            (Duration::from_secs(400 * 86_400), "400d"),
+            (Duration::from_secs(86_400), "1d"),
+            (Duration::from_secs(90_000), "25h"),
+            (Duration::from_secs(3_600), "1h"),
+            (Duration::from_secs(900), "15m"),
+            (Duration::from_secs(90), "90s"),
+            (Duration::from_millis(1_500), "1500ms"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_micros(7), "7µs"),
+            (Duration::from_micros(1_000_001), "1000001µs"),
+            (Duration::from_nanos(500), "0.5µs"),
+            (Duration::from_nanos(1_000_000_500), "1000000.5µs"),
+            (Duration::ZERO, "0s"),
+        ];
+        for (d, text) in cases {
+            assert_eq!(human_duration(d), text, "{d:?}");
+            assert_eq!(parse_duration(text, false).unwrap(), d, "{text} reads back");
+        }
+    }
+
+    #[test]
+    fn debug_durations_in_a_message_are_rewritten_as_whole_words() {
+        let year = Duration::from_secs(400 * 86_400);
+        assert_eq!(
+            humanize_durations("window must be at most 34560000s", &[year]),
+            "window must be at most 400d"
+        );
+        let minute = Duration::from_secs(60);
+        assert_eq!(
+            humanize_durations("60s, 360s, 60sec, 1.60s, 60s.", &[minute]),
+            "1m, 360s, 60sec, 1.60s, 1m."
+        );
+        assert_eq!(
+            humanize_durations("at 7 per 259200s is", &[Duration::from_secs(259_200)]),
+            "at 7 per 3d is"
+        );
     }
 
     #[test]

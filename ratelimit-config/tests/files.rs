@@ -184,7 +184,7 @@ const BAD: &[Bad] = &[
         file: "window_too_long.toml",
         location: "policies[0].window",
         policy: Some("yearly"),
-        says: &["window must be at most"],
+        says: &["window must be at most 400d;"],
     },
     Bad {
         file: "out_of_range.yaml",
@@ -196,7 +196,11 @@ const BAD: &[Bad] = &[
         file: "huge_burst.toml",
         location: "policies[0].burst",
         policy: Some("api"),
-        says: &["burst is out of range", "lower the burst"],
+        says: &[
+            "burst is out of range",
+            "at 7 per 3d is too large",
+            "lower the burst",
+        ],
     },
     Bad {
         file: "too_precise.toml",
@@ -316,7 +320,8 @@ fn unreadable_and_unnamed_files_say_so() {
 type Constructor = fn(Rate) -> Result<Quota, ratelimit_core::ConfigError>;
 
 /// The file accepts exactly what the constructors accept, and on rejection
-/// reports the constructor's own message.
+/// reports the constructor's own message, its durations written as in a
+/// file (`400d` where the constructor says `34560000s`).
 #[test]
 fn the_rules_are_the_constructors_rules() {
     let limits = [0, 1, 100, 150_000_000, 1_000_000, MAX_EXACT, MAX_EXACT + 1];
@@ -330,6 +335,9 @@ fn the_rules_are_the_constructors_rules() {
         ("400d", Duration::from_secs(400 * 86_400)),
         ("401d", Duration::from_secs(401 * 86_400)),
     ];
+    // How the constructors print these durations, and how the file's
+    // messages do.
+    let rewritten: &[(&str, &str)] = &[("60s", "1m"), ("86400s", "1d"), ("34560000s", "400d")];
     let window_algorithms: [(&str, Constructor); 3] = [
         ("fixed_window", Quota::fixed_window),
         ("sliding_window", Quota::sliding_window),
@@ -343,7 +351,7 @@ fn the_rules_are_the_constructors_rules() {
                     r#"{{"policies": [{{"name": "p", "algorithm": "{alg}", "limit": {limit}, "window": "{text}"}}]}}"#
                 );
                 let direct = build(Rate::new(limit, window)).and_then(|q| q.named("p"));
-                compare(&json, direct);
+                compare(&json, direct, rewritten);
                 checked += 1;
             }
             for burst in [0, 1, 20, MAX_EXACT] {
@@ -352,7 +360,7 @@ fn the_rules_are_the_constructors_rules() {
                 );
                 let direct =
                     Quota::token_bucket(Rate::new(limit, window), burst).and_then(|q| q.named("p"));
-                compare(&json, direct);
+                compare(&json, direct, rewritten);
                 checked += 1;
             }
         }
@@ -360,13 +368,54 @@ fn the_rules_are_the_constructors_rules() {
     assert_eq!(checked, limits.len() * windows.len() * 7);
 }
 
-fn compare(json: &str, direct: Result<Quota, ratelimit_core::ConfigError>) {
+fn compare(
+    json: &str,
+    direct: Result<Quota, ratelimit_core::ConfigError>,
+    rewritten: &[(&str, &str)],
+) {
     let read = ratelimit_config::from_json_str(json);
     match (read, direct) {
         (Ok(read), Ok(direct)) => assert_eq!(read, vec![direct], "{json}"),
         (Err(Error::Invalid { problem, .. }), Err(direct)) => {
-            assert_eq!(problem, direct.to_string(), "{json}")
+            let mut want = direct.to_string();
+            for (debug, human) in rewritten {
+                want = want
+                    .replace(&format!("most {debug}"), &format!("most {human}"))
+                    .replace(&format!("per {debug} "), &format!("per {human} "));
+            }
+            assert_eq!(problem, want, "{json}")
         }
         (read, direct) => panic!("{json}: file {read:?}, constructor {direct:?}"),
     }
+}
+
+/// Bounds are printed as a person writes a duration (`400d`, `3d`), not in
+/// raw seconds (`34560000s`, `259200s`).
+#[test]
+fn bounds_in_messages_are_written_in_human_units() {
+    let err = ratelimit_config::from_yaml_str(
+        "policies:\n  - {name: yearly, algorithm: fixed_window, limit: 10, window: 401d}\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("window must be at most 400d;"),
+        "{err}"
+    );
+    let err = ratelimit_config::from_toml_str(
+        "[[policies]]\nname = \"api\"\nalgorithm = \"token_bucket\"\nrate = \"100/401d\"\nburst = 1\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("period must be at most 400d;"),
+        "{err}"
+    );
+    let err = ratelimit_config::from_toml_str(
+        "[[policies]]\nname = \"api\"\nalgorithm = \"token_bucket\"\nrate = \"7/72h\"\nburst = 9007199254740991\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("at 7 per 3d is too large"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("259200s"), "{err}");
 }
