@@ -43,7 +43,8 @@ pub enum Error {
         /// The parser's message, with its line and column.
         message: String,
     },
-    /// The text is well formed, but a value is missing, unknown or unusable.
+    /// The text is well formed, but a value is missing, unknown, written
+    /// twice or unusable.
     #[error("{}", Located(.location, .policy.as_deref(), .problem, .fix))]
     Invalid {
         /// Where: `policies[2].burst`, `policies[0]`, or `policies`.

@@ -3,6 +3,7 @@
 mod build;
 mod error;
 mod raw;
+mod tree;
 mod units;
 
 use std::fmt;
@@ -14,6 +15,7 @@ use serde_path_to_error::Segment;
 pub use error::{Error, Result};
 
 use raw::RawFile;
+use tree::Tree;
 
 /// The three formats a policy file may be written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -119,17 +121,9 @@ pub fn from_json_str(text: &str) -> Result<Vec<Quota>> {
 
 /// Reads policies from text in the given format.
 pub fn from_str(text: &str, format: Format) -> Result<Vec<Quota>> {
-    // First as a plain tree: syntax errors, and the policy names that make
-    // later messages easier to place.
-    let tree: serde_json::Value = match format {
-        Format::Toml => toml::from_str(text).map_err(|e| toml_message(&e, text)),
-        Format::Yaml => serde_norway::from_str(text).map_err(|e| e.to_string()),
-        Format::Json => serde_json::from_str(text).map_err(|e| e.to_string()),
-    }
-    .map_err(|message| Error::Syntax {
-        format,
-        message: message.trim_end().to_owned(),
-    })?;
+    // First as a plain tree: syntax errors, keys written twice, and the
+    // policy names that make later messages easier to place.
+    let tree = tree::read(text, format)?;
     check_shape(&tree)?;
     // Then as policies, through the format's own deserializer so that
     // messages keep their line and column.
@@ -164,29 +158,25 @@ pub fn from_str(text: &str, format: Format) -> Result<Vec<Quota>> {
 
 /// Maps where maps belong: serde would also read a struct from a list of
 /// its values, which no one writes on purpose.
-fn check_shape(tree: &serde_json::Value) -> Result<()> {
-    let kind = |v: &serde_json::Value| match v {
-        serde_json::Value::Null => "empty",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "a list",
-        serde_json::Value::Object(_) => "a map",
-    };
-    if !(tree.is_object() || tree.is_null()) {
+fn check_shape(tree: &Tree) -> Result<()> {
+    if !matches!(tree, Tree::Map(_) | Tree::Null) {
         return Err(Error::Invalid {
             location: "(top level)".into(),
             policy: None,
-            problem: format!("the file is {}, not a map", kind(tree)),
+            problem: format!("the file is {}, not a map", tree.kind()),
             fix: build::fix_for("policies"),
         });
     }
-    if let Some(list) = tree.get("policies").and_then(|p| p.as_array()) {
-        if let Some((index, item)) = list.iter().enumerate().find(|(_, p)| !p.is_object()) {
+    if let Some(Tree::Seq(list)) = tree.get("policies") {
+        if let Some((index, item)) = list
+            .iter()
+            .enumerate()
+            .find(|(_, p)| !matches!(p, Tree::Map(_)))
+        {
             return Err(Error::Invalid {
                 location: format!("policies[{index}]"),
                 policy: None,
-                problem: format!("the policy is {}, not a map", kind(item)),
+                problem: format!("the policy is {}, not a map", item.kind()),
                 fix: build::FIELDS.to_owned(),
             });
         }
@@ -196,11 +186,7 @@ fn check_shape(tree: &serde_json::Value) -> Result<()> {
 
 /// A deserialization error, placed at `policies[i].field` with the policy's
 /// name when the tree has one.
-fn located<E>(
-    e: &serde_path_to_error::Error<E>,
-    problem: String,
-    tree: &serde_json::Value,
-) -> Error {
+fn located<E>(e: &serde_path_to_error::Error<E>, problem: String, tree: &Tree) -> Error {
     let mut index = None;
     let mut field = None;
     for segment in e.path().iter() {
@@ -211,7 +197,7 @@ fn located<E>(
         }
     }
     let policy = index
-        .and_then(|i| tree.get("policies")?.get(i)?.get("name")?.as_str())
+        .and_then(|i| tree.get("policies")?.at(i)?.get("name")?.as_str())
         .map(str::to_owned);
     let location = match e.path().to_string() {
         root if root == "." => "(top level)".to_owned(),
@@ -235,7 +221,7 @@ fn located<E>(
 }
 
 /// 1-based line and column (in characters) of a byte offset.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let before = text.get(..offset).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
@@ -243,7 +229,7 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 }
 
 /// A TOML error on one line, placed like the other formats' errors.
-fn toml_message(e: &toml::de::Error, text: &str) -> String {
+pub(crate) fn toml_message(e: &toml::de::Error, text: &str) -> String {
     match e.span() {
         Some(span) => {
             let (line, column) = line_column(text, span.start);

@@ -64,6 +64,16 @@ pub(crate) struct DurationText(pub(crate) Duration);
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Count(pub(crate) u64);
 
+/// What a count too large for any quota is told: the accepted range. The
+/// constructors give the exact bound of each field (2^53 - 1 for a limit,
+/// 100,000 for a sliding log, less for a burst at some rates).
+pub(crate) fn too_large(v: impl fmt::Display) -> String {
+    format!(
+        "{v} is out of range: a count is a whole number from 1 to {} (2^53 - 1)",
+        ratelimit_core::MAX_EXACT
+    )
+}
+
 impl<'de> Deserialize<'de> for RateText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -119,7 +129,7 @@ impl<'de> Deserialize<'de> for Count {
             fn visit_u128<E: de::Error>(self, v: u128) -> Result<Count, E> {
                 u64::try_from(v)
                     .map(Count)
-                    .map_err(|_| E::custom(format!("{v} is too large")))
+                    .map_err(|_| E::custom(too_large(v)))
             }
             fn visit_i128<E: de::Error>(self, v: i128) -> Result<Count, E> {
                 if v < 0 {
@@ -127,7 +137,7 @@ impl<'de> Deserialize<'de> for Count {
                 }
                 u64::try_from(v)
                     .map(Count)
-                    .map_err(|_| E::custom(format!("{v} is too large")))
+                    .map_err(|_| E::custom(too_large(v)))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Count, E> {
                 // Never accepted: a count is written as an integer. Say why.
@@ -136,7 +146,7 @@ impl<'de> Deserialize<'de> for Count {
                 } else if v.fract() != 0.0 || !v.is_finite() {
                     format!("{v} is not a whole number")
                 } else if v >= 18_446_744_073_709_551_616.0 {
-                    format!("{v:e} is too large")
+                    too_large(format_args!("{v:e}"))
                 } else {
                     format!(
                         "{v:?} is written as a decimal number; write a whole number \

@@ -236,6 +236,56 @@ const BAD: &[Bad] = &[
         says: &["the file is a list, not a map", "top-level `policies` key"],
     },
     Bad {
+        file: "duplicate_key.toml",
+        location: "policies[1].limit",
+        policy: Some("login"),
+        says: &[
+            "`limit` is written twice in this policy",
+            "line 12 column 1",
+            "keep one `limit` and remove the other",
+        ],
+    },
+    Bad {
+        file: "duplicate_key.yaml",
+        location: "policies[0].name",
+        policy: Some("api"),
+        says: &[
+            "`name` is written twice in this policy",
+            "line 6 column 5",
+            "keep one `name` and remove the other",
+        ],
+    },
+    Bad {
+        file: "duplicate_key.json",
+        location: "policies[0].rate",
+        policy: Some("api"),
+        says: &[
+            "`rate` is written twice in this policy",
+            "line 2",
+            "keep one `rate` and remove the other",
+        ],
+    },
+    Bad {
+        file: "huge_count.toml",
+        location: "policies[0].burst",
+        policy: Some("api"),
+        says: &[
+            "18446744073709551616 is out of range",
+            "from 1 to 9007199254740991 (2^53 - 1)",
+            "line 5 column 9",
+        ],
+    },
+    Bad {
+        file: "huge_count.yaml",
+        location: "policies[0].limit",
+        policy: Some("login"),
+        says: &[
+            "18446744073709551616 is out of range",
+            "from 1 to 9007199254740991 (2^53 - 1)",
+            "line 4",
+        ],
+    },
+    Bad {
         file: "empty.toml",
         location: "policies",
         policy: None,
@@ -386,6 +436,124 @@ fn compare(
             assert_eq!(problem, want, "{json}")
         }
         (read, direct) => panic!("{json}: file {read:?}, constructor {direct:?}"),
+    }
+}
+
+/// A key written twice names the key, the policy and the line, and says to
+/// remove one; the parsers' own words ("duplicate key", "duplicate field")
+/// came with the fix for a missing `policies` key, or with none.
+#[test]
+fn a_key_written_twice_is_named_with_its_policy_and_line_in_every_format() {
+    let cases = [
+        (
+            Format::Toml,
+            "[[policies]]\nname = \"api\"\nalgorithm = \"token_bucket\"\nname = \"web\"\n",
+            "policies[0].name",
+            Some("api"),
+            "`name` is written twice in this policy (the second at line 4 column 1)",
+        ),
+        (
+            Format::Yaml,
+            "policies:\n  - name: api\n    algorithm: token_bucket\n    rate: 1/s\n    burst: 1\n    burst: 2\n",
+            "policies[0].burst",
+            Some("api"),
+            "`burst` is written twice in this policy (the second at line 6 column 5)",
+        ),
+        (
+            Format::Json,
+            r#"{"policies": [{"name": "api", "algorithm": "token_bucket", "name": "web"}]}"#,
+            "policies[0].name",
+            Some("api"),
+            "`name` is written twice in this policy (the second at line 1 column ",
+        ),
+        (
+            Format::Yaml,
+            "policies: []\npolicies: []\n",
+            "policies",
+            None,
+            "`policies` is written twice in one map (the second at line 2 column 1)",
+        ),
+        (
+            Format::Json,
+            r#"{"policies": [], "policies": []}"#,
+            "policies",
+            None,
+            "`policies` is written twice in one map (the second at line 1 column ",
+        ),
+        (
+            Format::Toml,
+            "policies = [{ name = \"api\", name = \"web\" }]\n",
+            "policies",
+            None,
+            "`name` is written twice in one table (the second at line 1 column 29)",
+        ),
+    ];
+    for (format, text, location, policy, says) in cases {
+        let err = ratelimit_config::from_str(text, format).unwrap_err();
+        let message = err.to_string();
+        assert_eq!(err.location(), Some(location), "{format}: {message}");
+        assert_eq!(err.policy(), policy, "{format}: {message}");
+        assert!(message.contains(says), "{format}: {message}");
+        assert!(message.contains("and remove the other"), "{message}");
+        assert!(!message.contains("top-level `policies` key"), "{message}");
+    }
+}
+
+/// 2^64 does not fit a `u64`: the message names the field and the range a
+/// count may take, in TOML and YAML (whose numbers the crate used to read
+/// into JSON values first) as in JSON; so does a number past 2^128.
+#[test]
+fn a_count_beyond_u64_names_its_field_and_the_accepted_range() {
+    let huge = "18446744073709551616";
+    let bigger = "1606938044258990275541962092341162602522202993782792835301376";
+    for (format, text, location) in [
+        (
+            Format::Toml,
+            format!(
+                "[[policies]]\nname = \"api\"\nalgorithm = \"token_bucket\"\nrate = \"1/s\"\nburst = {huge}\n"
+            ),
+            "policies[0].burst",
+        ),
+        (
+            Format::Toml,
+            format!(
+                "[[policies]]\nname = \"api\"\nalgorithm = \"sliding_log\"\nwindow = \"1s\"\nlimit = {bigger}\n"
+            ),
+            "policies[0].limit",
+        ),
+        (
+            Format::Yaml,
+            format!(
+                "policies:\n  - name: api\n    algorithm: token_bucket\n    rate: 1/s\n    burst: {huge}\n"
+            ),
+            "policies[0].burst",
+        ),
+        (
+            Format::Yaml,
+            format!(
+                "policies:\n  - {{name: api, algorithm: fixed_window, window: 1s, limit: {huge}}}\n"
+            ),
+            "policies[0].limit",
+        ),
+        (
+            Format::Json,
+            format!(
+                r#"{{"policies": [{{"name": "api", "algorithm": "token_bucket", "rate": "1/s", "burst": {huge}}}]}}"#
+            ),
+            "policies[0].burst",
+        ),
+    ] {
+        let err = ratelimit_config::from_str(&text, format).unwrap_err();
+        let message = err.to_string();
+        assert_eq!(err.location(), Some(location), "{format}: {message}");
+        assert_eq!(err.policy(), Some("api"), "{format}: {message}");
+        assert!(
+            message.contains(
+                "is out of range: a count is a whole number from 1 to 9007199254740991 (2^53 - 1)"
+            ),
+            "{format}: {message}"
+        );
+        assert!(!message.contains("JSON"), "{format}: {message}");
     }
 }
 
