@@ -43,6 +43,25 @@ pub enum Error {
         /// The parser's message, with its line and column.
         message: String,
     },
+    /// The text nests deeper than [`MAX_DEPTH`](crate::MAX_DEPTH) maps and
+    /// lists, found by a scan of the text before any parser reads it (a
+    /// policy file nests 3 levels; the YAML parser's time grows with the
+    /// square of the depth).
+    #[error(
+        "not read: the {format} text nests deeper than {limit} levels of maps and lists at \
+         line {line} column {column}; a policy file nests 3 (the file, the list of policies, \
+         a policy)"
+    )]
+    TooDeep {
+        /// The format the text was read as.
+        format: Format,
+        /// The deepest nesting accepted, [`MAX_DEPTH`](crate::MAX_DEPTH).
+        limit: usize,
+        /// Line (from 1) of the first map or list past the limit.
+        line: usize,
+        /// Column (from 1, in characters) of that map or list.
+        column: usize,
+    },
     /// The text is well formed, but a value is missing, unknown, written
     /// twice or unusable.
     #[error("{}", Located(.location, .policy.as_deref(), .problem, .fix))]

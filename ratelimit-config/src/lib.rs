@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod build;
+mod depth;
 mod error;
 mod raw;
 mod tree;
@@ -12,6 +13,7 @@ use std::path::Path;
 use ratelimit_core::Quota;
 use serde_path_to_error::Segment;
 
+pub use depth::MAX_DEPTH;
 pub use error::{Error, Result};
 
 use raw::RawFile;
@@ -120,7 +122,19 @@ pub fn from_json_str(text: &str) -> Result<Vec<Quota>> {
 }
 
 /// Reads policies from text in the given format.
+///
+/// Text nesting deeper than [`MAX_DEPTH`] maps and lists is refused
+/// ([`Error::TooDeep`]) before any parser reads it.
 pub fn from_str(text: &str, format: Format) -> Result<Vec<Quota>> {
+    if let Some(offset) = depth::too_deep(text, format, MAX_DEPTH) {
+        let (line, column) = line_column(text, offset);
+        return Err(Error::TooDeep {
+            format,
+            limit: MAX_DEPTH,
+            line,
+            column,
+        });
+    }
     // First as a plain tree: syntax errors, keys written twice, and the
     // policy names that make later messages easier to place.
     let tree = tree::read(text, format)?;

@@ -557,6 +557,50 @@ fn a_count_beyond_u64_names_its_field_and_the_accepted_range() {
     }
 }
 
+/// A document nested 100,000 deep is refused by the depth limit, found on
+/// the text before any parser reads it (the YAML parser's time grows with
+/// the square of the depth: 24 s and more for this one).
+#[test]
+fn a_document_nested_100000_deep_is_refused_by_the_depth_limit() {
+    const N: usize = 100_000;
+    let nested = |open: &str, close: &str| format!("{}{}", open.repeat(N), close.repeat(N));
+    for (format, text) in [
+        (Format::Yaml, format!("policies: {}", nested("[", "]"))),
+        (Format::Yaml, format!("policies: {}", nested("{a: ", "}"))),
+        (Format::Yaml, format!("policies:\n{}x\n", "- ".repeat(N))),
+        (Format::Toml, format!("policies = {}", nested("[", "]"))),
+        (Format::Toml, format!("x = {}", nested("{a = ", "}"))),
+        (
+            Format::Json,
+            format!("{{\"policies\": {}}}", nested("[", "]")),
+        ),
+    ] {
+        let err = ratelimit_config::from_str(&text, format).unwrap_err();
+        let Error::TooDeep {
+            format: f,
+            limit,
+            line,
+            ..
+        } = err
+        else {
+            panic!("{format}: {err}");
+        };
+        assert_eq!((f, limit), (format, ratelimit_config::MAX_DEPTH));
+        assert!(line <= 2, "{format}: line {line}");
+        assert!(
+            err.to_string().contains("deeper than 64 levels"),
+            "{format}: {err}"
+        );
+    }
+    // Nesting within the limit is read as before: here, a list where a
+    // count belongs.
+    let err = ratelimit_config::from_json_str(
+        r#"{"policies": [{"name": "api", "algorithm": "token_bucket", "rate": "1/s", "burst": [[[[[1]]]]]}]}"#,
+    )
+    .unwrap_err();
+    assert_eq!(err.location(), Some("policies[0].burst"), "{err}");
+}
+
 /// Bounds are printed as a person writes a duration (`400d`, `3d`), not in
 /// raw seconds (`34560000s`, `259200s`).
 #[test]
