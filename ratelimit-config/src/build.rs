@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use ratelimit_core::{ConfigError, Quota, Rate};
 
+use crate::Policy;
 use crate::error::Error;
 use crate::raw::{AlgorithmName, RawFile, RawPolicy};
 use crate::units::{UNIT_LIST, humanize_durations};
@@ -22,6 +23,7 @@ pub(crate) fn fix_for(field: &str) -> String {
         "window" => format!(
             "window is a duration with a unit, e.g. \"1m\", \"15m\", \"1h\" or \"500ms\" (units {UNIT_LIST})"
         ),
+        "shadow" => "shadow is true or false (the default): a shadow policy is decided and counted but never denies a call".into(),
         "policies" => "list the policies under a top-level `policies` key, each with a name and an algorithm".into(),
         _ => FIELDS.into(),
     }
@@ -29,7 +31,8 @@ pub(crate) fn fix_for(field: &str) -> String {
 
 /// The fields a policy may have.
 pub(crate) const FIELDS: &str = "a policy has `name`, `algorithm`, then `rate` and `burst` \
-     (token_bucket) or `limit` and `window` (fixed_window, sliding_window, sliding_log)";
+     (token_bucket) or `limit` and `window` (fixed_window, sliding_window, sliding_log), \
+     and optionally `shadow`";
 
 struct At<'a> {
     index: usize,
@@ -132,7 +135,7 @@ fn window_rate(at: &At<'_>, raw: &RawPolicy, algorithm: AlgorithmName) -> Result
     Ok(Rate::new(limit.0, window.0))
 }
 
-fn build_one(index: usize, raw: &RawPolicy) -> Result<Quota, Error> {
+fn build_one(index: usize, raw: &RawPolicy) -> Result<Policy, Error> {
     let at = At {
         index,
         name: raw.name.as_deref(),
@@ -161,14 +164,18 @@ fn build_one(index: usize, raw: &RawPolicy) -> Result<Quota, Error> {
             (Quota::sliding_log(rate), rate)
         }
     };
-    built
+    let quota = built
         .map_err(|e| at.rejected(&e, algorithm, rate))?
         .named(name)
-        .map_err(|e| at.error("name", e.to_string()))
+        .map_err(|e| at.error("name", e.to_string()))?;
+    Ok(Policy {
+        quota,
+        shadow: raw.shadow.unwrap_or(false),
+    })
 }
 
 /// Every policy of the file, in order, or the first problem found.
-pub(crate) fn build(file: RawFile) -> Result<Vec<Quota>, Error> {
+pub(crate) fn build(file: RawFile) -> Result<Vec<Policy>, Error> {
     let Some(policies) = file.policies else {
         return Err(Error::Invalid {
             location: "policies".into(),
@@ -186,21 +193,19 @@ pub(crate) fn build(file: RawFile) -> Result<Vec<Quota>, Error> {
         });
     }
     let mut seen: HashMap<String, usize> = HashMap::new();
-    let mut quotas = Vec::with_capacity(policies.len());
+    let mut built = Vec::with_capacity(policies.len());
     for (index, raw) in policies.iter().enumerate() {
-        let quota = build_one(index, raw)?;
-        if let Some(first) = seen.insert(quota.name().to_owned(), index) {
+        let policy = build_one(index, raw)?;
+        let name = policy.quota.name();
+        if let Some(first) = seen.insert(name.to_owned(), index) {
             return Err(Error::Invalid {
                 location: format!("policies[{index}].name"),
-                policy: Some(quota.name().to_owned()),
-                problem: format!(
-                    "policy {:?} is already defined by policies[{first}]",
-                    quota.name()
-                ),
+                policy: Some(name.to_owned()),
+                problem: format!("policy {name:?} is already defined by policies[{first}]"),
                 fix: "give each policy its own name".into(),
             });
         }
-        quotas.push(quota);
+        built.push(policy);
     }
-    Ok(quotas)
+    Ok(built)
 }

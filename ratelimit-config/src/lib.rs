@@ -10,7 +10,7 @@ mod units;
 use std::fmt;
 use std::path::Path;
 
-use ratelimit_core::Quota;
+use ratelimit_core::{LimiterBuilder, Quota};
 use serde_path_to_error::Segment;
 
 pub use depth::MAX_DEPTH;
@@ -18,6 +18,79 @@ pub use error::{Error, Result};
 
 use raw::RawFile;
 use tree::Tree;
+
+/// One policy of a file: its quota, and whether it is a shadow (dry-run)
+/// quota.
+///
+/// A file marks a shadow policy with `shadow = true` (the default is
+/// `false`). Add policies to a limiter with [`add_policies`] or
+/// [`Policy::add_to`], which call
+/// [`LimiterBuilder::quota`] or [`LimiterBuilder::shadow_quota`] as the flag
+/// says.
+///
+/// ```
+/// use ratelimit_config::Policy;
+/// let policies = ratelimit_config::policies_from_toml_str(r#"
+///     [[policies]]
+///     name = "api"
+///     algorithm = "token_bucket"
+///     rate = "100/min"
+///     burst = 20
+///
+///     [[policies]]
+///     name = "api-trial"
+///     algorithm = "token_bucket"
+///     rate = "50/min"
+///     burst = 10
+///     shadow = true
+/// "#)?;
+/// for Policy { quota, shadow, .. } in &policies {
+///     println!("{}: {}", quota.name(), if *shadow { "shadow" } else { "enforced" });
+/// }
+/// assert!(!policies[0].shadow && policies[1].shadow);
+/// # Ok::<(), ratelimit_config::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Policy {
+    /// The quota, built by `ratelimit-core`'s constructors and named.
+    pub quota: Quota,
+    /// Whether the quota is a shadow (dry-run) quota: decided and counted,
+    /// but its denial never denies a call (see
+    /// [`LimiterBuilder::shadow_quota`]).
+    pub shadow: bool,
+}
+
+impl Policy {
+    /// A policy: an enforced quota when `shadow` is `false`, a shadow
+    /// (dry-run) one when it is `true`.
+    pub fn new(quota: Quota, shadow: bool) -> Self {
+        Self { quota, shadow }
+    }
+
+    /// Adds the quota to `builder`: with [`LimiterBuilder::shadow_quota`]
+    /// for a shadow policy, [`LimiterBuilder::quota`] otherwise.
+    pub fn add_to(self, builder: LimiterBuilder) -> LimiterBuilder {
+        if self.shadow {
+            builder.shadow_quota(self.quota)
+        } else {
+            builder.quota(self.quota)
+        }
+    }
+}
+
+/// Adds every policy to `builder`, in order, each with
+/// [`LimiterBuilder::quota`] or, for a shadow policy,
+/// [`LimiterBuilder::shadow_quota`]. See the crate's documentation for an
+/// example.
+pub fn add_policies(
+    builder: LimiterBuilder,
+    policies: impl IntoIterator<Item = Policy>,
+) -> LimiterBuilder {
+    policies
+        .into_iter()
+        .fold(builder, |builder, policy| policy.add_to(builder))
+}
 
 /// The three formats a policy file may be written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,8 +134,19 @@ impl fmt::Display for Format {
 }
 
 /// Reads a policy file, choosing the format by its extension (`.toml`,
-/// `.yaml`/`.yml`, `.json`).
+/// `.yaml`/`.yml`, `.json`), as enforced quotas.
+///
+/// A file with a shadow policy (`shadow = true`) is refused, with an error
+/// that says to read it with [`policies_from_path`]: returned as a plain
+/// `Quota`, a dry-run limit would be enforced. The other functions that
+/// return quotas (`from_str`, `from_toml_str`, ...) refuse it the same way.
 pub fn from_path(path: impl AsRef<Path>) -> Result<Vec<Quota>> {
+    enforced_only(policies_from_path(path)?)
+}
+
+/// Reads a policy file, choosing the format by its extension (`.toml`,
+/// `.yaml`/`.yml`, `.json`), as policies with their shadow flag.
+pub fn policies_from_path(path: impl AsRef<Path>) -> Result<Vec<Policy>> {
     let path = path.as_ref();
     let format = Format::from_path(path).ok_or_else(|| Error::UnknownFormat {
         path: path.to_owned(),
@@ -71,7 +155,7 @@ pub fn from_path(path: impl AsRef<Path>) -> Result<Vec<Quota>> {
         path: path.to_owned(),
         source,
     })?;
-    from_str(&text, format)
+    policies_from_str(&text, format)
 }
 
 /// Reads policies from TOML text.
@@ -91,6 +175,11 @@ pub fn from_toml_str(text: &str) -> Result<Vec<Quota>> {
     from_str(text, Format::Toml)
 }
 
+/// Reads policies, with their shadow flag, from TOML text.
+pub fn policies_from_toml_str(text: &str) -> Result<Vec<Policy>> {
+    policies_from_str(text, Format::Toml)
+}
+
 /// Reads policies from YAML text.
 ///
 /// ```
@@ -108,6 +197,11 @@ pub fn from_yaml_str(text: &str) -> Result<Vec<Quota>> {
     from_str(text, Format::Yaml)
 }
 
+/// Reads policies, with their shadow flag, from YAML text.
+pub fn policies_from_yaml_str(text: &str) -> Result<Vec<Policy>> {
+    policies_from_str(text, Format::Yaml)
+}
+
 /// Reads policies from JSON text.
 ///
 /// ```
@@ -121,11 +215,42 @@ pub fn from_json_str(text: &str) -> Result<Vec<Quota>> {
     from_str(text, Format::Json)
 }
 
-/// Reads policies from text in the given format.
+/// Reads policies, with their shadow flag, from JSON text.
+pub fn policies_from_json_str(text: &str) -> Result<Vec<Policy>> {
+    policies_from_str(text, Format::Json)
+}
+
+/// Reads policies from text in the given format, as enforced quotas (a
+/// shadow policy is refused: see [`from_path`]).
+pub fn from_str(text: &str, format: Format) -> Result<Vec<Quota>> {
+    enforced_only(policies_from_str(text, format)?)
+}
+
+/// The quotas of policies that are all enforced; the first shadow policy,
+/// if any, as an error saying which function reads it.
+fn enforced_only(policies: Vec<Policy>) -> Result<Vec<Quota>> {
+    if let Some((index, policy)) = policies.iter().enumerate().find(|(_, p)| p.shadow) {
+        return Err(Error::Invalid {
+            location: format!("policies[{index}].shadow"),
+            policy: Some(policy.quota.name().to_owned()),
+            problem: "a shadow (dry-run) policy, which this function cannot return: it returns \
+                      plain quotas, which a limiter would enforce"
+                .to_owned(),
+            fix: "read the file with ratelimit_config::policies_from_path (or \
+                  policies_from_str) and add the policies with \
+                  ratelimit_config::add_policies, which adds a shadow policy with \
+                  LimiterBuilder::shadow_quota; or remove `shadow = true` to enforce it"
+                .to_owned(),
+        });
+    }
+    Ok(policies.into_iter().map(|p| p.quota).collect())
+}
+
+/// Reads policies, with their shadow flag, from text in the given format.
 ///
 /// Text nesting deeper than [`MAX_DEPTH`] maps and lists is refused
 /// ([`Error::TooDeep`]) before any parser reads it.
-pub fn from_str(text: &str, format: Format) -> Result<Vec<Quota>> {
+pub fn policies_from_str(text: &str, format: Format) -> Result<Vec<Policy>> {
     if let Some(offset) = depth::too_deep(text, format, MAX_DEPTH) {
         let (line, column) = line_column(text, offset);
         return Err(Error::TooDeep {

@@ -28,6 +28,7 @@ pub(crate) struct RawPolicy {
     pub(crate) burst: Option<Count>,
     pub(crate) limit: Option<Count>,
     pub(crate) window: Option<DurationText>,
+    pub(crate) shadow: Option<bool>,
 }
 
 /// The four algorithms as spelled in a file.

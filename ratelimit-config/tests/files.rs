@@ -286,6 +286,12 @@ const BAD: &[Bad] = &[
         ],
     },
     Bad {
+        file: "shadow_not_a_boolean.yaml",
+        location: "policies[0].shadow",
+        policy: Some("api"),
+        says: &["expected a boolean", "shadow is true or false"],
+    },
+    Bad {
         file: "empty.toml",
         location: "policies",
         policy: None,
