@@ -5,7 +5,17 @@ use std::path::PathBuf;
 
 use crate::Format;
 
-/// A policy file that could not be read or turned into quotas.
+/// The error of reading a policy file, distinct from [`ratelimit_core::ConfigError`].
+///
+/// The file could not be read, parsed or turned into quotas.
+///
+/// `ratelimit_core::ConfigError` (re-exported as `ratelimit::ConfigError`)
+/// is what a quota constructor or a limiter builder returns for values that
+/// cannot be used, whoever wrote them. This `Error` (re-exported as
+/// `ratelimit::config::Error`) is about a file: it says where in the file
+/// the problem is and what to write instead. When a constructor refuses a
+/// file's values, its `ConfigError` message becomes the
+/// [`Error::Invalid`] problem, placed at the field it is about.
 ///
 /// [`Error::Invalid`] names the place (`policies[2].burst`), the policy when
 /// it has a name, the problem, and what to write instead:
