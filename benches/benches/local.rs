@@ -1,5 +1,5 @@
 //! In-process benchmarks: the core model's step per algorithm, and the local
-//! store (`DashMapStore`, through the `Store` trait and through
+//! store (`LocalStore`, through the `Store` trait and through
 //! `Limiter::check`) side by side with governor 0.10's keyed DashMap limiter
 //! on the same scenario, in the same run.
 //!
@@ -8,15 +8,16 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
-use ratelimit_benches::{Cursor, caller_ids, ready, run_split};
+use ratelimit_benches::{Cursor, caller_ids, decide_in_place, run_split};
 use ratelimit_core::model::{self, State};
 use ratelimit_core::{Limiter, Quota, Rate, Store};
-use ratelimit_local::DashMapStore;
+use ratelimit_local::LocalStore;
 use tokio::runtime::Runtime;
 
 /// All cores of the benchmark machine (2); see BENCHMARKS.md.
@@ -131,7 +132,10 @@ fn quotas() -> Vec<SameQuota> {
 }
 
 struct Contenders {
-    store: DashMapStore,
+    store: Arc<LocalStore>,
+    /// The same store as a trait object: what a caller through the one
+    /// door gets.
+    dyn_store: Arc<dyn Store>,
     limiter: Limiter,
     governor: DefaultKeyedRateLimiter<String>,
 }
@@ -140,16 +144,18 @@ impl Contenders {
     /// Fresh limiters with every key of `keys` seen once, so the measured
     /// calls find existing state (as a steady stream of callers does).
     fn prefilled(q: &SameQuota, keys: &[String], rt: &Runtime) -> Self {
+        let store = Arc::new(LocalStore::new());
         let c = Self {
-            store: DashMapStore::new(),
-            limiter: Limiter::builder(DashMapStore::new())
+            dyn_store: store.clone(),
+            store,
+            limiter: Limiter::builder(LocalStore::new())
                 .quota(q.ours.clone())
                 .build()
                 .expect("valid limiter"),
             governor: RateLimiter::keyed(q.governor),
         };
         for k in keys {
-            let _ = ready(c.store.decide(k.as_bytes(), &q.ours, 1));
+            let _ = c.store.decide_now(k.as_bytes(), &q.ours, 1);
             let _ = c.governor.check_key(k);
         }
         rt.block_on(async {
@@ -213,16 +219,14 @@ fn bench_contenders(
     group.bench_function("ours_store", |b| {
         b.iter_custom(|iters| {
             run_split(threads, iters, |t, n| {
-                rts[t].block_on(async {
-                    let mut cur = Cursor::new(keys.len(), t, threads);
-                    let mut ok = 0u64;
-                    for _ in 0..n {
-                        let k = keys[cur.next_index()].as_bytes();
-                        let d = c.store.decide(k, &q.ours, 1).await.expect("valid cost");
-                        ok += u64::from(d.allowed);
-                    }
-                    count(ok, n);
-                })
+                let mut cur = Cursor::new(keys.len(), t, threads);
+                let mut ok = 0u64;
+                for _ in 0..n {
+                    let k = keys[cur.next_index()].as_bytes();
+                    let d = decide_in_place(&*c.dyn_store, k, &q.ours, 1).expect("valid cost");
+                    ok += u64::from(d.allowed);
+                }
+                count(ok, n);
             })
         })
     });

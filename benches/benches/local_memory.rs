@@ -2,7 +2,7 @@
 //! eviction, counted by a global allocator that tracks live heap bytes.
 //!
 //! For each algorithm: 1,000,000 callers make one call each on a
-//! `DashMapStore` driven by a `ManualClock`; the clock then moves past every
+//! `LocalStore` driven by a `ManualClock`; the clock then moves past every
 //! TTL and `sweep()` runs. The same callers go through governor 0.10's keyed
 //! DashMap limiter (on its fake clock, evicted with `retain_recent` +
 //! `shrink_to_fit`) for comparison.
@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use governor::RateLimiter;
 use governor::clock::FakeRelativeClock;
-use ratelimit_benches::{caller_ids, ready};
-use ratelimit_core::{ManualClock, Quota, Rate, Store};
-use ratelimit_local::DashMapStore;
+use ratelimit_benches::{caller_ids, decide_in_place};
+use ratelimit_core::{ManualClock, Quota, Rate};
+use ratelimit_local::LocalStore;
 
 /// Live heap bytes: requested sizes of every allocation not yet freed.
 struct Counting;
@@ -83,11 +83,11 @@ struct Row {
 
 fn ours(name: &str, quota: Quota, ids: &[String]) -> Row {
     let clock = ManualClock::new(START);
-    let store = DashMapStore::with_clock(clock.clone()).sweep_interval(Duration::MAX);
+    let store = LocalStore::with_clock(clock.clone()).sweep_interval(Duration::MAX);
     // The empty store's own allocation (its shards) is the baseline.
     let baseline = live();
     for id in ids {
-        let d = ready(store.decide(id.as_bytes(), &quota, 1)).expect("valid cost");
+        let d = decide_in_place(&store, id.as_bytes(), &quota, 1).expect("valid cost");
         assert!(d.allowed);
     }
     let active = live() - baseline;
@@ -99,7 +99,7 @@ fn ours(name: &str, quota: Quota, ids: &[String]) -> Row {
     let after = live() - baseline;
     drop(store);
     Row {
-        what: format!("ours: DashMapStore, {name}"),
+        what: format!("ours: LocalStore, {name}"),
         per_caller: active as f64 / ids.len() as f64,
         after_eviction: after,
         remaining_entries,
@@ -136,14 +136,14 @@ fn main() {
     let id_bytes: usize = ids.iter().map(String::len).sum();
     let empty = {
         let base = live();
-        let s = DashMapStore::with_clock(ManualClock::new(START));
+        let s = LocalStore::with_clock(ManualClock::new(START));
         let size = live() - base;
         drop(s);
         size
     };
     println!(
         "local_memory: {CALLERS} callers, ids `customer-<i>` averaging {:.1} bytes; \
-         an empty DashMapStore holds {empty} heap bytes",
+         an empty LocalStore holds {empty} heap bytes",
         id_bytes as f64 / CALLERS as f64
     );
     let rows = [

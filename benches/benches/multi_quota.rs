@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ratelimit_core::{Limiter, Quota, Rate};
-use ratelimit_local::DashMapStore;
+use ratelimit_local::LocalStore;
 use tokio::runtime::Runtime;
 
 fn quotas() -> Vec<Quota> {
@@ -38,7 +38,7 @@ fn several_quotas(c: &mut Criterion) {
         .throughput(Throughput::Elements(1));
     let callers: Vec<String> = (0..1_000).map(|i| format!("caller-{i}")).collect();
     for n in 1..=3 {
-        let mut b = Limiter::builder(DashMapStore::new());
+        let mut b = Limiter::builder(LocalStore::new());
         for q in quotas().into_iter().take(n) {
             b = b.quota(q);
         }

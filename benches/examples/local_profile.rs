@@ -7,7 +7,7 @@
 //! ```
 //!
 //! `what` is one of `model`, `store` (`Store::decide`), `sync`
-//! (`DashMapStore::decide_now`), `limiter`, `governor`; the quota is the
+//! (`LocalStore::decide_now`), `limiter`, `governor`; the quota is the
 //! admit-everything token bucket of the `local` bench (1e9/s, burst 1000),
 //! or with `plan` the sold plan (100 per minute, burst 20).
 #![allow(missing_docs)]
@@ -16,10 +16,10 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 
 use governor::RateLimiter;
-use ratelimit_benches::{Cursor, caller_ids, ready};
+use ratelimit_benches::{Cursor, caller_ids, decide_in_place};
 use ratelimit_core::model::{self, State};
 use ratelimit_core::{Limiter, Quota, Rate, Store};
-use ratelimit_local::DashMapStore;
+use ratelimit_local::LocalStore;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -57,14 +57,19 @@ fn main() {
             }
         }
         "store" => {
-            let store = DashMapStore::new();
+            // Through `dyn Store`, as a caller holding a trait object gets it.
+            let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(LocalStore::new());
             for _ in 0..n {
                 let k = keys[cur.next_index()].as_bytes();
-                ok += u64::from(ready(store.decide(k, &quota, 1)).expect("cost").allowed);
+                ok += u64::from(
+                    decide_in_place(&*store, k, &quota, 1)
+                        .expect("cost")
+                        .allowed,
+                );
             }
         }
         "sync" => {
-            let store = DashMapStore::new();
+            let store = LocalStore::new();
             for _ in 0..n {
                 let k = keys[cur.next_index()].as_bytes();
                 ok += u64::from(store.decide_now(k, &quota, 1).expect("cost").allowed);
@@ -75,7 +80,7 @@ fn main() {
                 .enable_all()
                 .build()
                 .expect("runtime");
-            let limiter = Limiter::builder(DashMapStore::new())
+            let limiter = Limiter::builder(LocalStore::new())
                 .quota(quota)
                 .build()
                 .expect("limiter");

@@ -9,6 +9,29 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use ratelimit_core::model::Charge;
+use ratelimit_core::store::{Request, first};
+use ratelimit_core::{Decision, Quota, Store, StoreError};
+
+/// One decision through a store's one door, `dyn Store` included, taken
+/// in place as the limiter takes it: a one-charge request, no deadline.
+///
+/// # Panics
+/// If the store answers pending (a network store): use `StoreExt::decide_one`.
+#[inline]
+pub fn decide_in_place(
+    store: &dyn Store,
+    key: &[u8],
+    quota: &Quota,
+    cost: u64,
+) -> Result<Decision, StoreError> {
+    let charges = [Charge::new(quota, cost)];
+    match store.decide(Request::new(key, &charges)).into_ready() {
+        Ok(result) => result.and_then(first),
+        Err(_) => panic!("the store answered pending: it does not answer in process"),
+    }
+}
+
 /// `n` distinct caller ids (`customer-<i>`), in a fixed pseudo-random order.
 ///
 /// The order is a Fisher-Yates shuffle driven by a fixed-seed SplitMix64, so
@@ -40,7 +63,7 @@ impl SplitMix64 {
 }
 
 /// Polls a future that is known to complete without waiting (such as
-/// `DashMapStore::decide`) once, with a no-op waker.
+/// `Limiter::check` over the local store) once, with a no-op waker.
 ///
 /// # Panics
 /// If the future is not ready on its first poll.

@@ -10,7 +10,7 @@
 //!   requests failed upstream and who retry on a fixed backoff schedule, not
 //!   a reaction to each algorithm's own denials: that would give each
 //!   algorithm different traffic and no common reference.)
-//! - **Decisions** come from the in-process store (`DashMapStore::decide_now`)
+//! - **Decisions** come from the in-process store (`LocalStore::decide_now`)
 //!   driven by a [`ManualClock`] set to each arrival's time: the core model,
 //!   as every store computes it. Each caller has its own key; every request
 //!   costs 1.
@@ -52,7 +52,7 @@ use std::fmt::Write as _;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ratelimit_core::{AlgorithmKind, ManualClock, Micros, Quota};
-use ratelimit_local::DashMapStore;
+use ratelimit_local::LocalStore;
 
 use crate::demo::{NOON, max_in_trailing};
 
@@ -235,7 +235,7 @@ pub fn label(quota: &Quota) -> String {
 /// whose clock is set to each arrival's time.
 pub fn replay(arrivals: &[Arrival], quota: &Quota) -> Vec<bool> {
     let clock = ManualClock::new(arrivals.first().map_or(NOON, |a| a.at));
-    let store = DashMapStore::with_clock(clock.clone());
+    let store = LocalStore::with_clock(clock.clone());
     let mut keys: HashMap<u32, Vec<u8>> = HashMap::new();
     arrivals
         .iter()

@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use ratelimit_core::{AlgorithmKind, ManualClock, Store};
 use ratelimit_examples::demo::{self, Scenario};
-use ratelimit_local::DashMapStore;
+use ratelimit_local::LocalStore;
 
 #[tokio::test]
 async fn boundary_burst_row_shows_the_problem_and_the_fixes() {
     let clock = ManualClock::new(demo::NOON);
-    let store: Arc<dyn Store> = Arc::new(DashMapStore::with_clock(clock.clone()));
+    let store: Arc<dyn Store> = Arc::new(LocalStore::with_clock(clock.clone()));
     let rows = demo::run_all(store, &clock, "t").await;
     assert_eq!(rows.len(), 16);
     let row = |s: Scenario, k: AlgorithmKind| {
@@ -59,7 +59,7 @@ async fn redis_prints_the_same_table() {
     use ratelimit_testkit::redis_server::{RedisServer, fresh_prefix};
     let server = RedisServer::start();
     let local_clock = ManualClock::new(demo::NOON);
-    let local: Arc<dyn Store> = Arc::new(DashMapStore::with_clock(local_clock.clone()));
+    let local: Arc<dyn Store> = Arc::new(LocalStore::with_clock(local_clock.clone()));
     let local_rows = demo::run_all(local, &local_clock, "t").await;
 
     let clock = ManualClock::new(demo::NOON);

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratelimit_cluster::ClusterStore;
-use ratelimit_core::{Quota, Rate, Store};
+use ratelimit_core::{Quota, Rate, Store, StoreExt};
 use ratelimit_redis::RedisStore;
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::RedisServer;
@@ -148,7 +148,7 @@ async fn main() {
                 rng ^= rng << 17;
                 let caller = format!("caller-{}", rng % callers);
                 let t0 = Instant::now();
-                match store.decide(caller.as_bytes(), &quota, 1).await {
+                match store.decide_one(caller.as_bytes(), &quota, 1).await {
                     Ok(d) => allowed += u64::from(d.allowed),
                     Err(_) => errors += 1,
                 }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ratelimit_core::model::Charge;
-use ratelimit_core::{Clock, Decision, Quota, Store, StoreError};
+use ratelimit_core::store::{Answer, Capabilities, Request};
+use ratelimit_core::{Clock, Quota, Store, StoreError};
 use ratelimit_redis::engine::{Engine, Transport};
 use ratelimit_redis::keys;
 use ratelimit_redis::scripts::Call;
@@ -34,15 +34,15 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(200);
 /// [`ratelimit_redis::scripts`]) on the master of the caller's slot, atomic
 /// there. Every key of one caller carries the hash tag `{<tag>}` (the
 /// escaped caller, hashed when long: [`ratelimit_redis::keys`]), so all of a caller's keys live in one slot
-/// whatever bytes the caller holds; a decision over several quotas
-/// ([`Store::decide_all`]) is one run of [`ratelimit_redis::scripts::MULTI`] on their keys
-/// there, all or nothing, whatever the number of quotas. `MOVED`, `ASK`, `NOSCRIPT`, `TRYAGAIN`
+/// whatever bytes the caller holds; a request with several charges is one
+/// run of [`ratelimit_redis::scripts::MULTI`] on their keys there (the
+/// same keys single-quota requests use), all or nothing, whatever the
+/// number of quotas. `MOVED`, `ASK`, `NOSCRIPT`, `TRYAGAIN`
 /// and the other errors that prove the script did not run are handled
 /// inside the call; an error after which the script may have run is
 /// returned rather than retried, so no request is counted twice by the
 /// store (see [`crate::retry`]). Every call is bounded by
-/// [`ClusterStore::timeout`] and by the caller's deadline
-/// ([`Store::decide_before`]).
+/// [`ClusterStore::timeout`] and by the request's deadline.
 ///
 /// The calls themselves (keys, arguments, deadlines in server time, the
 /// bound on calls in flight, decoding) are the single-node store's
@@ -267,63 +267,20 @@ impl Transport for Router {
     }
 }
 
-#[async_trait]
+/// One script call per request on the master of the caller's slot,
+/// through a future; atomic across a request's charges; the servers'
+/// clocks unless one was injected.
 impl Store for ClusterStore {
-    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
-        self.counted(
-            self.engine
-                .decide(&self.router, key, quota, cost, None)
-                .await,
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        Answer::pending(
+            async move { self.counted(self.engine.decide(&self.router, request).await) },
         )
     }
 
-    async fn decide_before(
-        &self,
-        key: &[u8],
-        quota: &Quota,
-        cost: u64,
-        deadline: Instant,
-    ) -> Result<Decision, StoreError> {
-        self.counted(
-            self.engine
-                .decide(&self.router, key, quota, cost, Some(deadline))
-                .await,
-        )
-    }
-
-    /// One run of [`ratelimit_redis::scripts::MULTI`] on the caller's slot:
-    /// all or nothing, whatever the number of quotas.
-    async fn decide_all(
-        &self,
-        key: &[u8],
-        charges: &[Charge<'_>],
-    ) -> Result<Vec<Decision>, StoreError> {
-        self.counted(
-            self.engine
-                .decide_all(&self.router, key, charges, None)
-                .await,
-        )
-    }
-
-    async fn decide_all_before(
-        &self,
-        key: &[u8],
-        charges: &[Charge<'_>],
-        deadline: Instant,
-    ) -> Result<Vec<Decision>, StoreError> {
-        self.counted(
-            self.engine
-                .decide_all(&self.router, key, charges, Some(deadline))
-                .await,
-        )
-    }
-
-    fn atomic_all(&self) -> bool {
-        true
-    }
-
-    fn clock(&self) -> Option<Arc<dyn Clock>> {
-        self.engine.clock().cloned()
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+            .atomic(true)
+            .shared_clock(self.engine.clock().cloned())
     }
 }
 

@@ -10,11 +10,12 @@
 
 mod common;
 
+use ratelimit_core::StoreExt;
 use std::time::Duration;
 
 use common::Lib;
 use ratelimit_cluster::ClusterStore;
-use ratelimit_core::{Quota, Rate, Store};
+use ratelimit_core::{Quota, Rate};
 use ratelimit_testkit::proxy::LostReply;
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::fresh_prefix;
@@ -67,7 +68,7 @@ async fn store(lib: Lib, cluster: &RedisCluster, prefix: &str) -> ClusterStore {
 async fn counted(cluster: &RedisCluster, prefix: &str, caller: &[u8]) -> u64 {
     let clean = common::redis_rs_store(cluster, prefix, common::SLOW, 2 * common::SLOW).await;
     let d = clean
-        .decide(caller, &quota(), 1)
+        .decide_one(caller, &quota(), 1)
         .await
         .expect("clean decision");
     assert!(d.allowed);
@@ -79,7 +80,7 @@ async fn lost_reply_counts_once(cluster: &RedisCluster, lib: Lib, how: LostReply
     let s = store(lib, cluster, &prefix).await;
     let caller = b"lost-reply";
     let q = quota();
-    let d = s.decide(caller, &q, 1).await.expect("first call");
+    let d = s.decide_one(caller, &q, 1).await.expect("first call");
     assert_eq!(d.remaining, LIMIT - 1);
 
     let slot = cluster.key_slot(s.key(caller, &q).as_bytes());
@@ -88,7 +89,7 @@ async fn lost_reply_counts_once(cluster: &RedisCluster, lib: Lib, how: LostReply
     let lost_before = proxy.stats().replies_lost;
     proxy.set_lost_reply(how);
     proxy.drop_replies_to(b"EVALSHA", 1);
-    let lost = s.decide(caller, &q, 1).await;
+    let lost = s.decide_one(caller, &q, 1).await;
     assert!(
         proxy.wait_replies_lost(lost_before + 1, WAIT),
         "{lib:?}/{how:?}: the proxy lost no reply"
@@ -111,7 +112,7 @@ async fn lost_reply_counts_once(cluster: &RedisCluster, lib: Lib, how: LostReply
         .expect("a caller on the same master");
     let mut recovered = false;
     for _ in 0..50 {
-        if s.decide(neighbour.as_bytes(), &q, 1).await.is_ok() {
+        if s.decide_one(neighbour.as_bytes(), &q, 1).await.is_ok() {
             recovered = true;
             break;
         }

@@ -12,12 +12,13 @@
 
 mod common;
 
+use ratelimit_core::StoreExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::Lib;
-use ratelimit_core::{CircuitBreaker, FailurePolicy, Limiter, Quota, Rate, Source, Store};
+use ratelimit_core::{CircuitBreaker, FailurePolicy, Limiter, Quota, Rate, Source};
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::fresh_prefix;
 
@@ -105,7 +106,7 @@ async fn failover_under_load(lib: Lib) {
             // Bounded as the limiter tasks.
             while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(40) {
                 let caller = format!("fo:raw-{}", i % RAW_CALLERS);
-                let _ = store.decide(caller.as_bytes(), &quota, 1).await;
+                let _ = store.decide_one(caller.as_bytes(), &quota, 1).await;
                 i += RAW_TASKS;
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }

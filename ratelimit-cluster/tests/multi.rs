@@ -37,7 +37,7 @@ fn script_calls(cluster: &RedisCluster) -> u64 {
 
 async fn one_script_run_per_decision(cluster: &RedisCluster, lib: Lib) {
     let store = common::store(lib, cluster, &fresh_prefix(), SLOW, 2 * SLOW).await;
-    assert!(store.atomic_all());
+    assert!(store.capabilities().atomic);
     let hour = Duration::from_secs(3600);
     let a = Quota::fixed_window(Rate::new(100, hour))
         .unwrap()

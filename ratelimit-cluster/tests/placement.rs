@@ -4,11 +4,12 @@
 
 mod common;
 
+use ratelimit_core::StoreExt;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use common::{Lib, SLOW};
-use ratelimit_core::{Quota, Rate, Store};
+use ratelimit_core::{Quota, Rate};
 use ratelimit_testkit::redis_cluster::{RedisCluster, Role, SLOTS};
 use ratelimit_testkit::redis_server::fresh_prefix;
 
@@ -61,7 +62,7 @@ async fn many_callers_land_on_all_three_masters() {
     for i in 0..200 {
         let caller = format!("caller-{i}");
         let d = store
-            .decide(caller.as_bytes(), &quota, 1)
+            .decide_one(caller.as_bytes(), &quota, 1)
             .await
             .expect("decision");
         assert!(d.allowed);
@@ -128,7 +129,7 @@ async fn every_key_of_an_adversarial_caller_maps_to_one_slot() {
             assert!(all_keys.insert(key.clone()), "two callers share key {key}");
             slots.insert(cluster.key_slot(key.as_bytes()));
             // And the store can decide on it: no CROSSSLOT, no error.
-            store.decide(caller, q, 1).await.expect("decision");
+            store.decide_one(caller, q, 1).await.expect("decision");
         }
         assert_eq!(slots.len(), 1, "caller {caller:?} spans slots {slots:?}");
         let slot = *slots.iter().next().unwrap();

@@ -107,9 +107,28 @@ pub enum StoreError {
     /// The cost can never be admitted.
     #[error(transparent)]
     Cost(#[from] CostError),
-    /// The store did not answer in time.
-    #[error("store timed out after {0:?}")]
+    /// No reply within the given time: the request may or may not have been
+    /// carried out (a network store carries its deadline, so one carried
+    /// out later counts nothing).
+    #[error("no reply within {0:?}")]
     Timeout(Duration),
+    /// The request's deadline had passed when the store came to carry it
+    /// out (at the server, for a network store): it counted nothing.
+    #[error("expired before it ran (counted nothing)")]
+    Expired,
+    /// The request itself is invalid (no charge, two charges for one
+    /// quota): it counted nothing, and asking again will not help.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The failure domain serving this request (a Redis node, a cluster
+    /// master) is judged unhealthy: the store failed fast without sending.
+    #[error("{domain} unavailable: {reason}")]
+    Unavailable {
+        /// The failure domain, such as a node's address.
+        domain: String,
+        /// Why, such as "breaker open after 12 of 20 calls failed".
+        reason: String,
+    },
     /// The backend failed; `transient` says whether a retry may succeed.
     #[error("{message}")]
     Backend {
@@ -150,7 +169,8 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Cost(_) => false,
-            Self::Timeout(_) => true,
+            Self::Timeout(_) | Self::Expired | Self::Unavailable { .. } => true,
+            Self::InvalidRequest(_) => false,
             Self::Backend { transient, .. } => *transient,
         }
     }

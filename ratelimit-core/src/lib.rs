@@ -19,14 +19,12 @@ pub use limiter::DenyCache;
 #[cfg(feature = "tokio")]
 pub use limiter::TokioTimer;
 pub use limiter::{
-    AcquireError, BreakerState, CircuitBreaker, DEFAULT_TIMEOUT, FailurePolicy, Limiter,
+    AcquireError, BreakerState, Check, CircuitBreaker, DEFAULT_TIMEOUT, FailurePolicy, Limiter,
     LimiterBuilder, LimiterStats, Sleep, Timer,
 };
 pub use model::{Charge, State, Step};
 pub use quota::{
-    Algorithm, AlgorithmKind, Bucket, MAX_EXACT, MAX_SLIDING_LOG_LIMIT, Quota, Rate, Window,
+    Algorithm, AlgorithmKind, Bucket, MAX_BUCKET, MAX_EXACT, MAX_SLIDING_LOG_LIMIT, MAX_TIME,
+    Quota, Rate, Window,
 };
-pub use store::Store;
-
-/// Re-exported so store implementations use the same macro version.
-pub use async_trait::async_trait;
+pub use store::{Store, StoreExt};

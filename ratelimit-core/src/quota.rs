@@ -14,6 +14,22 @@ use crate::error::ConfigError;
 /// configurations that could exceed it.
 pub const MAX_EXACT: u64 = (1 << 53) - 1;
 
+/// The latest clock time every store must handle exactly: 2^52 µs after the
+/// Unix epoch (in the year 2112).
+///
+/// A token bucket's state is the instant it is full again, up to
+/// `now + capacity x (µs per token)`; with `now` below 2^52 and a bucket
+/// within [`MAX_BUCKET`], that instant stays below 2^53, exact in Redis'
+/// Lua numbers.
+pub const MAX_TIME: Micros = 1 << 52;
+
+/// The largest token bucket accepted, in the model's units: `capacity x
+/// unit + refill` (a full bucket's refill time in µs, scaled by the
+/// reduced rate) at most 2^52, so that [`MAX_TIME`] plus it stays exact.
+/// For example a burst of 1,000,000 at one token per hour (3.6e15) fits; a
+/// burst of 2,000,000 at that rate does not.
+pub const MAX_BUCKET: u64 = 1 << 52;
+
 /// The largest sliding log limit accepted: 100,000 per window.
 ///
 /// A sliding log keeps one entry per admitted call, so a caller's state
@@ -372,13 +388,14 @@ impl Quota {
         let refill = rate.count / g;
         let unit = period / g;
         let full = u128::from(burst) * u128::from(unit);
-        if full + u128::from(refill) > u128::from(MAX_EXACT) {
+        if full + u128::from(refill) > u128::from(MAX_BUCKET) {
             return Err(ConfigError::OutOfRange {
                 field: "burst",
                 detail: format!(
-                    "burst x (microseconds per token, reduced) must stay below 2^53 for exact \
-                     arithmetic; burst {burst} at {} per {:?} is too large: lower the burst \
-                     or use a rate that divides its period more evenly",
+                    "burst x (microseconds per token, reduced) must be at most 2^52 for exact \
+                     arithmetic (the time a bucket is full again, now plus that, must stay \
+                     below 2^53 in Redis' Lua numbers); burst {burst} at {} per {:?} is too \
+                     large: lower the burst or use a rate that divides its period more evenly",
                     rate.count, rate.period
                 ),
             });
@@ -575,6 +592,27 @@ mod tests {
             Quota::token_bucket(Rate::new(7, Duration::from_secs(86_400 * 3)), u64::MAX / 2),
             Err(ConfigError::OutOfRange { .. })
         ));
+    }
+
+    /// Regression: a bucket whose full refill time nears 2^53 µs made the
+    /// Redis scripts store `now + full`, past 2^53, off by one microsecond
+    /// (found by contract 11 with a set's state read by a single quota).
+    #[test]
+    fn a_bucket_stays_exact_until_max_time() {
+        // 3 per minute is 20,000,000 µs per token: 450,359,962 tokens is
+        // 9.007e15 µs, past 2^52.
+        assert!(matches!(
+            Quota::token_bucket(Rate::per_minute(3), 450_359_962),
+            Err(ConfigError::OutOfRange { field: "burst", .. })
+        ));
+        let max = MAX_BUCKET / 20_000_000;
+        let q = Quota::token_bucket(Rate::per_minute(3), max).unwrap();
+        let Algorithm::TokenBucket(b) = q.algorithm() else {
+            panic!()
+        };
+        assert!(b.full() + b.refill() <= MAX_BUCKET);
+        assert!(MAX_TIME + b.full() + b.refill() <= MAX_EXACT + 1);
+        assert!(Quota::token_bucket(Rate::per_minute(3), max + 1).is_err());
     }
 
     #[test]

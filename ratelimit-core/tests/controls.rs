@@ -184,15 +184,12 @@ async fn the_breaker_stops_calling_a_dead_store_and_probes_it_back_case(sync: bo
 #[derive(Debug)]
 struct Hanging;
 
-#[async_trait::async_trait]
 impl ratelimit_core::Store for Hanging {
-    async fn decide(
-        &self,
-        _: &[u8],
-        _: &Quota,
-        _: u64,
-    ) -> ratelimit_core::Result<ratelimit_core::Decision> {
-        std::future::pending().await
+    fn decide<'a>(
+        &'a self,
+        _: ratelimit_core::store::Request<'a>,
+    ) -> ratelimit_core::store::Answer<'a> {
+        ratelimit_core::store::Answer::pending(std::future::pending())
     }
 }
 
@@ -225,21 +222,20 @@ struct FailThenHang {
     calls: std::sync::atomic::AtomicU64,
 }
 
-#[async_trait::async_trait]
 impl ratelimit_core::Store for FailThenHang {
-    async fn decide(
-        &self,
-        _: &[u8],
-        _: &Quota,
-        _: u64,
-    ) -> ratelimit_core::Result<ratelimit_core::Decision> {
-        use std::sync::atomic::Ordering::SeqCst;
-        self.calls.fetch_add(1, SeqCst);
-        if self.hang.load(SeqCst) {
-            std::future::pending().await
-        } else {
-            Err(ratelimit_core::StoreError::message("refused", true))
-        }
+    fn decide<'a>(
+        &'a self,
+        _: ratelimit_core::store::Request<'a>,
+    ) -> ratelimit_core::store::Answer<'a> {
+        ratelimit_core::store::Answer::pending(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.calls.fetch_add(1, SeqCst);
+            if self.hang.load(SeqCst) {
+                std::future::pending().await
+            } else {
+                Err(ratelimit_core::StoreError::message("refused", true))
+            }
+        })
     }
 }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
+use ratelimit_core::store::{Answer, Capabilities, Decisions, Request};
 use ratelimit_core::{
     Clock, Decision, FailurePolicy, Limiter, ManualClock, Quota, Rate, Result, Source, Store,
     StoreError, model,
@@ -20,14 +20,15 @@ enum Behaviour {
 #[derive(Debug)]
 struct Broken(Behaviour);
 
-#[async_trait]
 impl Store for Broken {
-    async fn decide(&self, _: &[u8], _: &Quota, _: u64) -> Result<Decision> {
-        match self.0 {
-            Behaviour::Fail => Err(StoreError::message("connection refused", true)),
-            Behaviour::Hang => std::future::pending().await,
-            Behaviour::Panic => panic!("store bug"),
-        }
+    fn decide<'a>(&'a self, _: Request<'a>) -> Answer<'a> {
+        Answer::pending(async move {
+            match self.0 {
+                Behaviour::Fail => Err(StoreError::message("connection refused", true)),
+                Behaviour::Hang => std::future::pending().await,
+                Behaviour::Panic => panic!("store bug"),
+            }
+        })
     }
 }
 
@@ -40,16 +41,25 @@ struct Recording {
     calls: AtomicU64,
 }
 
-#[async_trait]
-impl Store for Recording {
-    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
+impl Recording {
+    fn answer(&self, request: Request<'_>) -> Result<Decisions> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        self.keys.lock().unwrap().push(key.to_vec());
+        self.keys.lock().unwrap().push(request.key.to_vec());
         let mut map = self.state.lock().unwrap();
-        let k = (key.to_vec(), quota.name().to_owned());
-        let step = model::decide(quota, map.remove(&k), self.clock.now(), cost)?;
-        map.insert(k, step.state);
-        Ok(step.decision)
+        let mut out = Decisions::default();
+        for c in request.charges {
+            let k = (request.key.to_vec(), c.quota.name().to_owned());
+            let step = model::decide(c.quota, map.remove(&k), self.clock.now(), c.cost)?;
+            map.insert(k, step.state);
+            out.push(step.decision);
+        }
+        Ok(out)
+    }
+}
+
+impl Store for Recording {
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        Answer::pending(async move { self.answer(request) })
     }
 }
 
@@ -189,48 +199,52 @@ async fn long_callers_are_namespaced_too() {
     }
 }
 
-/// A store that answers synchronously is never polled as a future.
+/// A store that answers in place: its answer is taken without polling.
 #[derive(Debug)]
 struct SyncOnly;
 
-#[async_trait::async_trait]
 impl Store for SyncOnly {
-    async fn decide(&self, _: &[u8], _: &Quota, _: u64) -> ratelimit_core::Result<Decision> {
-        panic!("the limiter must use decide_sync")
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        let quota = request.charges[0].quota;
+        Answer::ready(Ok(Decisions::one(Decision::from_store(
+            true,
+            quota.limit(),
+            1,
+            0,
+            None,
+        ))))
     }
-    fn decide_sync(
-        &self,
-        _: &[u8],
-        quota: &Quota,
-        _: u64,
-    ) -> Option<ratelimit_core::Result<Decision>> {
-        Some(Ok(Decision::from_store(true, quota.limit(), 1, 0, None)))
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default().in_process(true)
     }
 }
 
 #[tokio::test]
-async fn a_synchronous_store_is_called_without_a_future() {
+async fn a_store_answering_in_place_is_decided_when_check_is_called() {
     let limiter = limiter(SyncOnly, FailurePolicy::FailClosed);
-    let d = limiter.check("k").await;
+    let d = limiter
+        .check("k")
+        .into_ready()
+        .expect("decided in place: no future to poll");
     assert!(d.allowed && d.is_from_store());
     assert_eq!(limiter.stats().allowed, 1);
 }
 
-/// Fails or panics in `decide_sync`, as a buggy in-process store would.
+/// Fails or panics in place, as a buggy in-process store would; `Hang`
+/// answers pending although it says it answers in process.
 #[derive(Debug)]
 struct SyncBroken(Behaviour);
 
-#[async_trait]
 impl Store for SyncBroken {
-    async fn decide(&self, _: &[u8], _: &Quota, _: u64) -> Result<Decision> {
-        panic!("the limiter must use decide_sync")
-    }
-    fn decide_sync(&self, _: &[u8], _: &Quota, _: u64) -> Option<Result<Decision>> {
+    fn decide<'a>(&'a self, _: Request<'a>) -> Answer<'a> {
         match self.0 {
-            Behaviour::Fail => Some(Err(StoreError::message("connection refused", true))),
-            Behaviour::Hang => None,
+            Behaviour::Fail => Answer::ready(Err(StoreError::message("connection refused", true))),
+            Behaviour::Hang => Answer::pending(std::future::pending()),
             Behaviour::Panic => panic!("store bug"),
         }
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default().in_process(true)
     }
 }
 

@@ -1,9 +1,17 @@
 #![doc = include_str!("../README.md")]
 
+mod cas;
 mod clock;
-mod multi;
+mod many;
 mod shards;
 mod store;
 
 pub use clock::FastClock;
-pub use store::DashMapStore;
+pub use store::LocalStore;
+
+/// The store's name from when its maps were `dashmap::DashMap`s.
+#[deprecated(
+    since = "0.1.0",
+    note = "renamed `LocalStore`: its maps are no longer a `dashmap::DashMap`"
+)]
+pub type DashMapStore = LocalStore;

@@ -314,6 +314,24 @@ impl<V> ShardedMap<V> {
         }
     }
 
+    /// The shard a key lives in, and its hash: what [`ShardedMap::lock`]
+    /// and [`Locked`] take.
+    #[inline]
+    pub(crate) fn locate(&self, key: Key<'_>) -> (usize, u64) {
+        let h = self.hash(key);
+        ((h >> 32) as usize & self.mask, h)
+    }
+
+    /// Write-locks shard `shard` for several operations (a request over
+    /// several quotas holds every shard its states live in, locked in one
+    /// global order: see the store's `decide_many`).
+    pub(crate) fn lock(&self, shard: usize) -> Locked<'_, V> {
+        Locked {
+            map: self,
+            table: self.shards[shard].table.write(),
+        }
+    }
+
     /// Removes the key's state and returns it.
     pub(crate) fn remove(&self, key: Key<'_>) -> Option<V> {
         let h = self.hash(key);
@@ -443,6 +461,47 @@ impl<V> ShardedMap<V> {
                 Some(std::mem::replace(table, smaller))
             }
             Mode::Step => None,
+        }
+    }
+}
+
+/// One shard of a map, write-locked ([`ShardedMap::lock`]).
+pub(crate) struct Locked<'a, V> {
+    map: &'a ShardedMap<V>,
+    table: RwLockWriteGuard<'a, HashTable<Item<V>>>,
+}
+
+impl<V> Locked<'_, V> {
+    /// The state of `key` (hashed to `hash` by [`ShardedMap::locate`]).
+    pub(crate) fn get_mut(&mut self, hash: u64, key: Key<'_>) -> Option<&mut V> {
+        let named = self.map.named;
+        self.table
+            .find_mut(hash, |(k, _)| key.matches(named, k))
+            .map(|(_, v)| v)
+    }
+
+    /// Stores `value` as `key`'s state, replacing any.
+    pub(crate) fn insert(&mut self, hash: u64, key: Key<'_>, value: V) {
+        let map = self.map;
+        let named = map.named;
+        match self.table.entry(
+            hash,
+            |(k, _)| key.matches(named, k),
+            |(k, _)| map.hash_stored(k),
+        ) {
+            Entry::Occupied(mut o) => o.get_mut().1 = value,
+            Entry::Vacant(v) => {
+                v.insert((key.to_stored(named), value));
+            }
+        }
+    }
+
+    /// Removes `key`'s state and returns it.
+    pub(crate) fn remove(&mut self, hash: u64, key: Key<'_>) -> Option<V> {
+        let named = self.map.named;
+        match self.table.find_entry(hash, |(k, _)| key.matches(named, k)) {
+            Ok(o) => Some(o.remove().0.1),
+            Err(_) => None,
         }
     }
 }

@@ -2,14 +2,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use ratelimit_core::model::{
-    self, Charge, FixedWindowState, SlidingLogState, SlidingWindowState, State, TokenBucketState,
+    self, FixedWindowState, SlidingLogState, SlidingWindowState, State, TokenBucketState,
 };
+use ratelimit_core::store::{Answer, Capabilities, Decisions, Request};
 use ratelimit_core::{Algorithm, Bucket, Clock, Decision, Micros, Quota, Result, Store};
 
+use crate::cas::bucket_step;
 use crate::clock::FastClock;
-use crate::multi::MultiMap;
 use crate::shards::{Budget, Key, Mode, ShardedMap, Walk};
 
 /// The default clock time in which the automatic sweep walks every map once.
@@ -28,19 +28,19 @@ const STEP_BUDGET: usize = 2_048;
 /// 1,400,000 buckets) is walked in about 14 s.
 const MAX_WALK_PER_SECOND: u64 = 100_000;
 
-/// Work units an explicit [`DashMapStore::sweep`] spends per shard lock it
+/// Work units an explicit [`LocalStore::sweep`] spends per shard lock it
 /// takes, so that it never holds one long.
 const FULL_SWEEP_CHUNK: usize = 8 * STEP_BUDGET;
 
-/// Maps walked by a sweep, in order: the five single-quota maps, then the
-/// multi-quota map.
-const MAPS: usize = 6;
+/// Maps walked by a sweep, in order: one-word token buckets, two-word
+/// token buckets, fixed windows, sliding window counters, sliding logs.
+const MAPS: usize = 5;
 
 /// A window algorithm's state and the time after which it equals a fresh
 /// caller's.
-struct Timed<S> {
-    state: S,
-    expires_at: Micros,
+pub(crate) struct Timed<S> {
+    pub(crate) state: S,
+    pub(crate) expires_at: Micros,
 }
 
 /// Where the automatic sweep stands. A pass walks every shard of every map
@@ -82,20 +82,21 @@ struct Cursor {
 ///
 /// Each map is split into shards the way `dashmap` splits one (a read-write
 /// lock over a `hashbrown` table per shard, four shards per core rounded up
-/// to a power of two); the name
-/// is from when it was a `dashmap::DashMap`. The shards are the crate's own
-/// so that a sweep can walk one a few thousand buckets at a time.
+/// to a power of two); the shards are the crate's own so that a sweep can
+/// walk one a few thousand buckets at a time.
+///
+/// A request over several quotas is decided all or nothing on the same
+/// states single-quota requests use (see the crate docs).
 ///
 /// Idle entries are evicted after their derived TTL by an incremental sweep
 /// that costs each request at most a bounded slice of work (see the crate
 /// docs). The default clock is a [`FastClock`].
-pub struct DashMapStore {
-    multi: MultiMap,
-    buckets: ShardedMap<AtomicU64>,
-    fine_buckets: ShardedMap<TokenBucketState>,
-    fixed: ShardedMap<Timed<FixedWindowState>>,
-    sliding: ShardedMap<Timed<SlidingWindowState>>,
-    logs: ShardedMap<Timed<SlidingLogState>>,
+pub struct LocalStore {
+    pub(crate) buckets: ShardedMap<AtomicU64>,
+    pub(crate) fine_buckets: ShardedMap<TokenBucketState>,
+    pub(crate) fixed: ShardedMap<Timed<FixedWindowState>>,
+    pub(crate) sliding: ShardedMap<Timed<SlidingWindowState>>,
+    pub(crate) logs: ShardedMap<Timed<SlidingLogState>>,
     clock: Arc<dyn Clock>,
     /// The same clock when it is a [`FastClock`], read without the trait
     /// object's indirect call.
@@ -107,9 +108,9 @@ pub struct DashMapStore {
     cursor: Mutex<Cursor>,
 }
 
-impl std::fmt::Debug for DashMapStore {
+impl std::fmt::Debug for LocalStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DashMapStore")
+        f.debug_struct("LocalStore")
             .field("entries", &self.len())
             .field("capacity", &self.capacity())
             .field("clock", &self.clock)
@@ -118,13 +119,13 @@ impl std::fmt::Debug for DashMapStore {
     }
 }
 
-impl Default for DashMapStore {
+impl Default for LocalStore {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl DashMapStore {
+impl LocalStore {
     /// A store on a [`FastClock`] (the system's wall clock, cheaply read).
     pub fn new() -> Self {
         Self::with_clock(FastClock::new())
@@ -151,7 +152,6 @@ impl DashMapStore {
             fixed: ShardedMap::default(),
             sliding: ShardedMap::default(),
             logs: ShardedMap::default(),
-            multi: MultiMap::default(),
             next_step: AtomicU64::new(clock.now().saturating_add(interval)),
             clock,
             fast_clock,
@@ -166,7 +166,7 @@ impl DashMapStore {
     /// store's pass takes longer (about 14 s for 1,000,000 callers). An idle
     /// entry is evicted within about two passes of its TTL passing, given
     /// traffic (steps are taken by decisions). `Duration::MAX`
-    /// turns automatic sweeps off (call [`DashMapStore::sweep`] yourself).
+    /// turns automatic sweeps off (call [`LocalStore::sweep`] yourself).
     pub fn sweep_interval(mut self, interval: Duration) -> Self {
         self.sweep_interval = ratelimit_core::clock::duration_to_micros(interval);
         self.next_step = AtomicU64::new(self.clock.now().saturating_add(self.sweep_interval));
@@ -181,7 +181,6 @@ impl DashMapStore {
             + self.fixed.len()
             + self.sliding.len()
             + self.logs.len()
-            + self.multi.len()
     }
 
     /// Whether no caller has stored state.
@@ -197,7 +196,6 @@ impl DashMapStore {
             + self.fixed.capacity()
             + self.sliding.capacity()
             + self.logs.capacity()
-            + self.multi.capacity()
     }
 
     /// Removes every entry whose TTL has passed and shrinks every table to
@@ -245,7 +243,6 @@ impl DashMapStore {
             + self.fixed.walk_len()
             + self.sliding.walk_len()
             + self.logs.walk_len()
-            + self.multi.walk_len()
     }
 
     /// One bounded slice of shard `shard` of map `map`, dropping the entries
@@ -273,10 +270,9 @@ impl DashMapStore {
             3 => self
                 .sliding
                 .sweep_shard(shard, from, budget, mode, |e| e.expires_at > now),
-            4 => self
+            _ => self
                 .logs
                 .sweep_shard(shard, from, budget, mode, |e| e.expires_at > now),
-            _ => self.multi.sweep_shard(shard, from, budget, mode, now),
         }
     }
 
@@ -376,45 +372,31 @@ const PACK_BEFORE: Micros = 1 << 53;
 
 /// A token bucket's state as one word: `tat << REM_BITS | rem`.
 #[inline]
-fn pack(s: TokenBucketState) -> u64 {
+pub(crate) fn pack(s: TokenBucketState) -> u64 {
     (s.tat << REM_BITS) | s.rem
 }
 
 /// The state a packed word holds.
 #[inline]
-fn unpack(word: u64) -> TokenBucketState {
+pub(crate) fn unpack(word: u64) -> TokenBucketState {
     TokenBucketState {
         tat: word >> REM_BITS,
         rem: word & (PACK_MAX_REFILL - 1),
     }
 }
 
+/// Whether a token bucket's state packs into one word at `now`: its rate
+/// keeps the sub-µs remainder in [`REM_BITS`] bits and `now` is below
+/// [`PACK_BEFORE`].
+#[inline]
+pub(crate) fn packs(b: &Bucket, now: Micros) -> bool {
+    b.refill() <= PACK_MAX_REFILL && now < PACK_BEFORE
+}
+
 /// Whether a bucket is back to full (a fresh caller's state) at `now`.
 #[inline]
 fn bucket_is_full(s: &TokenBucketState, now: Micros) -> bool {
     s.tat < now || (s.tat == now && s.rem == 0)
-}
-
-/// One token bucket step on a one-word state: read, decide with the model,
-/// and on admission publish the new state with one compare-and-swap
-/// (retried if another call got there first). A denial writes nothing.
-///
-/// The caller has checked that the bucket's rate and `now` pack
-/// ([`PACK_MAX_REFILL`], [`PACK_BEFORE`]); the model keeps `rem < refill`
-/// and `tat < 2^54`, so the new state packs too.
-#[inline]
-fn bucket_step(word: &AtomicU64, b: &Bucket, now: Micros, cost: u64) -> Decision {
-    let mut current = word.load(Ordering::Acquire);
-    loop {
-        let (decision, next, _) = model::token_bucket_step(b, Some(unpack(current)), now, cost);
-        if !decision.allowed {
-            return decision;
-        }
-        match word.compare_exchange_weak(current, pack(next), Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return decision,
-            Err(actual) => current = actual,
-        }
-    }
 }
 
 /// The cost error for a cost a quota can never admit (kept off the hot
@@ -430,7 +412,7 @@ fn cost_error(quota: &Quota, cost: u64) -> ratelimit_core::StoreError {
 }
 
 /// How a window algorithm's state sits in [`State`].
-trait Windowed: Sized {
+pub(crate) trait Windowed: Sized {
     fn wrap(self) -> State;
     fn unwrap(state: State) -> Option<Self>;
 }
@@ -469,10 +451,9 @@ fn step_timed<S: Windowed + Default>(
     Ok(step.decision)
 }
 
-impl DashMapStore {
-    /// One decision, synchronously: what [`Store::decide`] does, without the
-    /// boxed future of an object-safe async trait. The [`ratelimit_core::Limiter`]
-    /// reaches it through [`Store::decide_sync`].
+impl LocalStore {
+    /// One decision for one quota: what [`Store::decide`] answers (in
+    /// place) for a single-charge request, without building the request.
     #[inline]
     pub fn decide_now(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
         // What `Quota::check_cost` checks, inline; the error is built off
@@ -485,7 +466,7 @@ impl DashMapStore {
         let k = Key::named(quota.name(), key);
         match quota.algorithm() {
             Algorithm::TokenBucket(b) => {
-                if b.refill() <= PACK_MAX_REFILL && now < PACK_BEFORE {
+                if packs(b, now) {
                     Ok(self.bucket(k, b, now, cost))
                 } else {
                     Ok(self.fine_bucket(k, b, now, cost))
@@ -512,7 +493,7 @@ impl DashMapStore {
     #[inline]
     fn bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Decision {
         if let Some(word) = self.buckets.get(k) {
-            return bucket_step(&word, b, now, cost);
+            return bucket_step(&*word, b, now, cost);
         }
         self.new_bucket(k, b, now, cost)
     }
@@ -600,29 +581,43 @@ fn windowed<S: Windowed + Default>(
     )
 }
 
-#[async_trait]
-impl Store for DashMapStore {
-    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
-        self.decide_now(key, quota, cost)
+impl LocalStore {
+    /// Answers a request in place: what [`Store::decide`] answers, without
+    /// wrapping it in an [`Answer`]. One charge takes
+    /// [`LocalStore::decide_now`]; several are decided all or nothing on
+    /// the same states (see the crate docs).
+    #[inline]
+    pub fn decide_request(&self, request: Request<'_>) -> Result<Decisions> {
+        if request.deadline.has_passed() {
+            return Err(ratelimit_core::StoreError::Expired);
+        }
+        match request.charges {
+            [c] => self
+                .decide_now(request.key, c.quota, c.cost)
+                .map(Decisions::one),
+            charges => {
+                request.check()?;
+                let now = self.now();
+                self.maybe_sweep(now);
+                self.decide_many(request.key, charges, now)
+            }
+        }
+    }
+}
+
+/// Answers in place, always ([`Capabilities::in_process`]); atomic across a
+/// request's charges; decides by the store's clock.
+impl Store for LocalStore {
+    #[inline]
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        Answer::ready(self.decide_request(request))
     }
 
-    fn decide_sync(&self, key: &[u8], quota: &Quota, cost: u64) -> Option<Result<Decision>> {
-        Some(self.decide_now(key, quota, cost))
-    }
-
-    /// All or nothing under one lock: see the crate's `multi` module.
-    async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
-        let now = self.clock.now();
-        self.maybe_sweep(now);
-        self.multi.decide_all(key, charges, now)
-    }
-
-    fn atomic_all(&self) -> bool {
-        true
-    }
-
-    fn clock(&self) -> Option<Arc<dyn Clock>> {
-        Some(self.clock.clone())
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+            .atomic(true)
+            .in_process(true)
+            .shared_clock(Some(self.clock.clone()))
     }
 }
 
@@ -630,19 +625,26 @@ impl Store for DashMapStore {
 mod tests {
     use super::*;
     use crate::shards::{REMOVE_COST, SLOT_COST};
+    use ratelimit_core::StoreExt;
     use ratelimit_core::{ManualClock, Rate};
 
     #[tokio::test]
     async fn idle_callers_are_evicted() {
         let clock = ManualClock::new(1_800_000_000_000_000);
-        let store = DashMapStore::with_clock(clock.clone()).sweep_interval(Duration::MAX);
+        let store = LocalStore::with_clock(clock.clone()).sweep_interval(Duration::MAX);
         let quotas = [
             Quota::token_bucket(Rate::per_minute(100), 20).unwrap(),
             Quota::sliding_window(Rate::per_minute(100)).unwrap(),
         ];
         for i in 0..100_000u32 {
             let q = &quotas[(i % 2) as usize];
-            assert!(store.decide(&i.to_be_bytes(), q, 1).await.unwrap().allowed);
+            assert!(
+                store
+                    .decide_one(&i.to_be_bytes(), q, 1)
+                    .await
+                    .unwrap()
+                    .allowed
+            );
         }
         assert_eq!(store.len(), 100_000);
         // The token bucket refills 1 token in 0.6 s; the sliding window keeps
@@ -657,17 +659,17 @@ mod tests {
     #[tokio::test]
     async fn automatic_sweep_runs_on_the_request_path() {
         let clock = ManualClock::new(1_800_000_000_000_000);
-        let store = DashMapStore::with_clock(clock.clone());
+        let store = LocalStore::with_clock(clock.clone());
         let q = Quota::fixed_window(Rate::per_second(10)).unwrap();
         for i in 0..1000u32 {
-            store.decide(&i.to_be_bytes(), &q, 1).await.unwrap();
+            store.decide_one(&i.to_be_bytes(), &q, 1).await.unwrap();
         }
         assert_eq!(store.len(), 1000);
         clock.advance(Duration::from_secs(2));
         // Calls over the next interval take the sweep's steps.
         for _ in 0..1000 {
             clock.advance(Duration::from_millis(1));
-            store.decide(b"new", &q, 1).await.unwrap();
+            store.decide_one(b"new", &q, 1).await.unwrap();
         }
         assert_eq!(store.len(), 1, "only the new caller is left");
     }
@@ -707,30 +709,22 @@ mod tests {
         ]
     }
 
-    /// `CALLERS` idle callers spread over all six maps (the sixth: callers
-    /// checked against two quotas at once), and `live` live callers per map;
-    /// every caller has made one call.
-    async fn filled(clock: &ManualClock, live: u32) -> DashMapStore {
-        let store = DashMapStore::with_clock(clock.clone());
+    /// `CALLERS` idle callers spread over all five maps, and `live` live
+    /// callers per map; every caller has made one call.
+    async fn filled(clock: &ManualClock, live: u32) -> LocalStore {
+        let store = LocalStore::with_clock(clock.clone());
         let quotas = quotas();
-        let maps = quotas.len() as u32 + 1;
+        let maps = quotas.len() as u32;
         for i in 0..CALLERS + live * maps {
-            let (idle, live_caller) = (i < CALLERS, i >= CALLERS);
+            let live_caller = i >= CALLERS;
             let m = (i % maps) as usize;
             let key = i.to_be_bytes();
-            if m < quotas.len() {
-                let q = if live_caller {
-                    &quotas[m].1
-                } else {
-                    &quotas[m].0
-                };
-                assert!(store.decide(&key, q, 1).await.unwrap().allowed);
+            let q = if live_caller {
+                &quotas[m].1
             } else {
-                let pick = |p: usize| if idle { &quotas[p].0 } else { &quotas[p].1 };
-                let charges = [Charge::new(pick(0), 1), Charge::new(pick(2), 1)];
-                let d = store.decide_all(&key, &charges).await.unwrap();
-                assert!(d.iter().all(|d| d.allowed));
-            }
+                &quotas[m].0
+            };
+            assert!(store.decide_one(&key, q, 1).await.unwrap().allowed);
         }
         assert_eq!(store.len(), (CALLERS + live * maps) as usize);
         let per_map = [
@@ -739,7 +733,6 @@ mod tests {
             store.fixed.len(),
             store.sliding.len(),
             store.logs.len(),
-            store.multi.len(),
         ];
         assert!(
             per_map.iter().all(|&n| n > 0),
@@ -756,7 +749,7 @@ mod tests {
         let store = filled(&clock, 0).await;
         clock.advance(Duration::from_secs(3));
         let q = Quota::fixed_window(Rate::per_second(10)).unwrap();
-        store.decide(b"new", &q, 1).await.unwrap();
+        store.decide_one(b"new", &q, 1).await.unwrap();
         let removed = CALLERS as usize + 1 - store.len();
         assert!(removed >= 1, "the step removed nothing");
         assert!(
@@ -789,13 +782,13 @@ mod tests {
         assert!(capacity >= CALLERS as usize);
         clock.advance(Duration::from_secs(3));
         let traffic = Quota::token_bucket(Rate::per_second(1_000_000), 1_000).unwrap();
-        let live_total = (live * 6) as usize;
+        let live_total = (live * 5) as usize;
         let mut len = store.len();
         let mut calls = 0;
         while len > live_total + 1 {
             assert!(calls < 100_000, "{len} callers left after {calls} calls");
             clock.advance(Duration::from_millis(1));
-            store.decide(b"traffic", &traffic, 1).await.unwrap();
+            store.decide_one(b"traffic", &traffic, 1).await.unwrap();
             let now = store.len();
             assert!(
                 len + 1 - now <= STEP_REMOVES_AT_MOST,
@@ -808,18 +801,12 @@ mod tests {
         assert_eq!(store.len(), live_total + 1);
         // Every live caller kept its state: its second call leaves 1 of 3.
         let quotas = quotas();
-        let maps = quotas.len() as u32 + 1;
+        let maps = quotas.len() as u32;
         for i in CALLERS..CALLERS + live * maps {
             let m = (i % maps) as usize;
             let key = i.to_be_bytes();
-            if m < quotas.len() {
-                let d = store.decide(&key, &quotas[m].1, 1).await.unwrap();
-                assert_eq!(d.remaining, 1, "caller {i}, map {m}");
-            } else {
-                let charges = [Charge::new(&quotas[0].1, 1), Charge::new(&quotas[2].1, 1)];
-                let d = store.decide_all(&key, &charges).await.unwrap();
-                assert!(d.iter().all(|d| d.remaining == 1), "caller {i}: {d:?}");
-            }
+            let d = store.decide_one(&key, &quotas[m].1, 1).await.unwrap();
+            assert_eq!(d.remaining, 1, "caller {i}, map {m}");
         }
         // The emptied tables were shrunk.
         assert!(
@@ -834,17 +821,17 @@ mod tests {
     /// equal to the policy name and the separator.
     #[tokio::test]
     async fn keys_of_every_length_keep_state_and_stay_isolated() {
-        let store = DashMapStore::with_clock(ManualClock::new(1_800_000_000_000_000));
+        let store = LocalStore::with_clock(ManualClock::new(1_800_000_000_000_000));
         let q = Quota::fixed_window(Rate::per_minute(3)).unwrap();
         let lens = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 44, 51, 52, 64, 300];
         for len in lens {
             let a = vec![b'a'; len];
             let mut b = a.clone();
             *b.last_mut().unwrap() = b'b';
-            assert_eq!(store.decide(&a, &q, 1).await.unwrap().remaining, 2);
-            assert_eq!(store.decide(&a, &q, 1).await.unwrap().remaining, 1);
+            assert_eq!(store.decide_one(&a, &q, 1).await.unwrap().remaining, 2);
+            assert_eq!(store.decide_one(&a, &q, 1).await.unwrap().remaining, 1);
             assert_eq!(
-                store.decide(&b, &q, 1).await.unwrap().remaining,
+                store.decide_one(&b, &q, 1).await.unwrap().remaining,
                 2,
                 "len {len}"
             );
@@ -854,10 +841,13 @@ mod tests {
         // different callers.
         let x = q.clone().named("x").unwrap();
         let xa = q.clone().named("xa").unwrap();
-        assert_eq!(store.decide(b"a", &x, 1).await.unwrap().remaining, 2);
-        assert_eq!(store.decide(b"a", &x, 1).await.unwrap().remaining, 1);
-        assert_eq!(store.decide(b"", &xa, 1).await.unwrap().remaining, 2);
-        assert_eq!(store.decide(b"\xFFa", &x, 1).await.unwrap().remaining, 2);
+        assert_eq!(store.decide_one(b"a", &x, 1).await.unwrap().remaining, 2);
+        assert_eq!(store.decide_one(b"a", &x, 1).await.unwrap().remaining, 1);
+        assert_eq!(store.decide_one(b"", &xa, 1).await.unwrap().remaining, 2);
+        assert_eq!(
+            store.decide_one(b"\xFFa", &x, 1).await.unwrap().remaining,
+            2
+        );
     }
 
     /// A policy whose rate changes between one of whole microseconds per
@@ -867,7 +857,7 @@ mod tests {
     fn a_bucket_keeps_its_state_across_a_change_of_rate() {
         let t0 = 1_800_000_000_000_000;
         let clock = ManualClock::new(t0);
-        let store = DashMapStore::with_clock(clock.clone());
+        let store = LocalStore::with_clock(clock.clone());
         let whole = Quota::token_bucket(Rate::per_second(10), 5).unwrap();
         // A sub-µs remainder that packs in the word, and one that does not.
         let fine = Quota::token_bucket(Rate::per_second(7), 5).unwrap();
@@ -898,7 +888,7 @@ mod tests {
 
     fn concurrent_calls_admit_the_burst(q: Quota) {
         let clock = ManualClock::new(1_800_000_000_000_000);
-        let store = Arc::new(DashMapStore::with_clock(clock));
+        let store = Arc::new(LocalStore::with_clock(clock));
         let admitted = AtomicU64::new(0);
         std::thread::scope(|s| {
             for _ in 0..4 {
@@ -916,10 +906,10 @@ mod tests {
 
     #[tokio::test]
     async fn bad_costs_are_errors() {
-        let store = DashMapStore::new();
+        let store = LocalStore::new();
         let q = Quota::fixed_window(Rate::per_second(10)).unwrap();
-        assert!(store.decide(b"k", &q, 11).await.is_err());
-        assert!(store.decide(b"k", &q, 0).await.is_err());
+        assert!(store.decide_one(b"k", &q, 11).await.is_err());
+        assert!(store.decide_one(b"k", &q, 0).await.is_err());
     }
 }
 
@@ -933,7 +923,7 @@ mod clock_tests {
     #[tokio::test]
     async fn the_limiter_reads_the_store_clock() {
         let clock = ManualClock::new(1_800_000_000_000_000);
-        let limiter = Limiter::builder(DashMapStore::with_clock(clock.clone()))
+        let limiter = Limiter::builder(LocalStore::with_clock(clock.clone()))
             .quota(Quota::fixed_window(Rate::per_minute(5)).unwrap())
             .build()
             .unwrap();

@@ -1,4 +1,4 @@
-//! The shared conformance suite (contracts 1-9 and 11) against `DashMapStore`, at
+//! The shared conformance suite (contracts 1-9 and 11) against `LocalStore`, at
 //! the in-process case counts: with the default sweep, and with a sweep step
 //! on every call.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::Local;
 use ratelimit_core::{ManualClock, Store, SystemClock};
-use ratelimit_local::DashMapStore;
+use ratelimit_local::LocalStore;
 use ratelimit_testkit::conformance::concurrency_report;
 use ratelimit_testkit::{StoreFactory, SuiteConfig, run_all};
 
@@ -22,8 +22,8 @@ struct SweepEveryCall;
 impl StoreFactory for SweepEveryCall {
     async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>> {
         let store = match clock {
-            Some(c) => DashMapStore::with_clock(c),
-            None => DashMapStore::with_clock(SystemClock),
+            Some(c) => LocalStore::with_clock(c),
+            None => LocalStore::with_clock(SystemClock),
         };
         let store: Arc<dyn Store> = Arc::new(store.sweep_interval(Duration::ZERO));
         vec![store; n]

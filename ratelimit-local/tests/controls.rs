@@ -1,4 +1,4 @@
-//! The limiter's production controls over `DashMapStore`, checked by the
+//! The limiter's production controls over `LocalStore`, checked by the
 //! testkit's shared functions (`ratelimit_testkit::controls`): the deny
 //! cache admits exactly what the store admits, shadow quotas count but
 //! never deny, `acquire` paces, shares one quota and is cancel-safe.

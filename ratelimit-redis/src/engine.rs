@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use ratelimit_core::model::Charge;
-use ratelimit_core::{Clock, Decision, Micros, Quota, StoreError};
+use ratelimit_core::store::{Decisions, Request};
+use ratelimit_core::{Clock, Micros, StoreError};
 
 use crate::deadline::ServerClock;
 use crate::decode::{self, Reply};
@@ -208,45 +208,37 @@ impl Engine {
         scripts::injected_now(self.clock.as_ref())
     }
 
-    /// One decision under `quota` at `cost`; the caller waits until
-    /// `deadline` at most (and never longer than the engine's timeout).
+    /// Answers one request: one script call whatever the number of
+    /// charges (the single-quota script for one, the several-quota script
+    /// for more), bounded by the request's deadline and the engine's
+    /// timeout.
     pub async fn decide(
         &self,
         transport: &dyn Transport,
-        key: &[u8],
-        quota: &Quota,
-        cost: u64,
-        deadline: Option<Instant>,
-    ) -> Result<Decision, StoreError> {
-        quota.check_cost(cost)?;
-        let call = Call::one(&self.prefix, key, quota, cost, self.now()?);
-        let decisions = self.send(transport, call, deadline).await?;
-        decode::decision(&decisions, quota.limit())
-    }
-
-    /// One all-or-nothing decision over `charges`, one script call whatever
-    /// their number; the caller waits until `deadline` at most.
-    pub async fn decide_all(
-        &self,
-        transport: &dyn Transport,
-        key: &[u8],
-        charges: &[Charge<'_>],
-        deadline: Option<Instant>,
-    ) -> Result<Vec<Decision>, StoreError> {
-        for c in charges {
-            c.quota.check_cost(c.cost)?;
+        request: Request<'_>,
+    ) -> Result<Decisions, StoreError> {
+        request.check()?;
+        let deadline = request.deadline.instant();
+        if request.deadline.has_passed() {
+            return Err(StoreError::Expired);
         }
-        if charges.is_empty() {
-            return Ok(Vec::new());
+        match request.charges {
+            [c] => {
+                let call = Call::one(&self.prefix, request.key, c.quota, c.cost, self.now()?);
+                let decisions = self.send(transport, call, deadline).await?;
+                decode::decision(&decisions, c.quota.limit()).map(Decisions::one)
+            }
+            charges => {
+                let call = Call::all(&self.prefix, request.key, charges, self.now()?);
+                let decisions = self.send(transport, call, deadline).await?;
+                decode::decisions(&decisions, charges).map(Decisions::from)
+            }
         }
-        let call = Call::all(&self.prefix, key, charges, self.now()?);
-        let decisions = self.send(transport, call, deadline).await?;
-        decode::decisions(&decisions, charges)
     }
 
     fn expired(&self) -> StoreError {
         tracing::debug!("rate-limit script expired at the server: nothing counted");
-        StoreError::Timeout(self.timeout)
+        StoreError::Expired
     }
 
     /// Sends `call` with its deadline in server time, within the in-flight
@@ -269,9 +261,9 @@ impl Engine {
             usize::from(call.slot())
         };
         let Some(server_deadline) = shared.server_clock.server_deadline(index, deadline) else {
-            return Err(StoreError::Timeout(
-                deadline.saturating_duration_since(start),
-            ));
+            // Past already (or the server's clock unknown and the time
+            // left too short to learn it): nothing was sent.
+            return Err(StoreError::Expired);
         };
         call.set_deadline(server_deadline);
         let ticket = self.ticket(start)?;

@@ -281,15 +281,19 @@ impl Call {
 }
 
 /// "Now" for a store with an injected clock (`None`: the server's `TIME`),
-/// refused beyond 2^53 - 1, which Lua's doubles cannot hold exactly.
+/// refused beyond [`ratelimit_core::MAX_TIME`] (2^52 µs), past which a
+/// token bucket's state could leave the range Lua's doubles hold exactly.
 pub fn injected_now(
     clock: Option<&std::sync::Arc<dyn ratelimit_core::Clock>>,
 ) -> Result<Option<Micros>, ratelimit_core::StoreError> {
     let Some(clock) = clock else { return Ok(None) };
     let now = clock.now();
-    if now > ratelimit_core::MAX_EXACT {
+    if now > ratelimit_core::MAX_TIME {
         return Err(ratelimit_core::StoreError::message(
-            format!("injected clock reads {now} µs, beyond 2^53 - 1: Lua cannot hold it exactly"),
+            format!(
+                "injected clock reads {now} µs, beyond 2^52 (ratelimit_core::MAX_TIME): Lua \
+                 cannot hold a token bucket's state exactly past it"
+            ),
             false,
         ));
     }

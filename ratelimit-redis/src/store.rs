@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use ratelimit_core::model::Charge;
-use ratelimit_core::{Clock, Decision, Quota, Store, StoreError};
+use ratelimit_core::store::{Answer, Capabilities, Request};
+use ratelimit_core::{Clock, Quota, Store, StoreError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::engine::{DEFAULT_MAX_IN_FLIGHT, Engine, Transport};
@@ -91,13 +91,13 @@ impl Transport for Backend {
 /// (see [`crate::scripts`]), atomic on the server, equal to
 /// `ratelimit_core::model::decide` at the server's `TIME` (or at the
 /// injected clock's time), with the caller's key laid out and escaped as
-/// [`crate::keys`] describes. A decision over several quotas
-/// ([`Store::decide_all`]) is one `EVALSHA` of [`crate::scripts::MULTI`] whatever
-/// the number of quotas, all or nothing, equal to
-/// `ratelimit_core::model::decide_all`. A cost that can never pass is refused before
-/// any network call. Every call is bounded by [`RedisStore::timeout`] and by
-/// the caller's deadline ([`Store::decide_before`]); errors say whether
-/// they are transient.
+/// [`crate::keys`] describes. A request with several charges is one
+/// `EVALSHA` of [`crate::scripts::MULTI`] whatever the number of quotas,
+/// on the same keys as single-quota requests, all or nothing, equal to
+/// `ratelimit_core::model::decide_all`. A cost that can never pass is
+/// refused before any network call. Every call is bounded by
+/// [`RedisStore::timeout`] and by the request's deadline; errors say
+/// whether they are transient.
 ///
 /// # A call the caller gave up on counts nothing
 ///
@@ -223,56 +223,17 @@ impl RedisStore {
     }
 }
 
-#[async_trait]
+/// One script call per request, through a future; atomic across a
+/// request's charges; the server's clock unless one was injected.
 impl Store for RedisStore {
-    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision, StoreError> {
-        self.engine
-            .decide(&self.backend, key, quota, cost, None)
-            .await
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        Answer::pending(self.engine.decide(&self.backend, request))
     }
 
-    async fn decide_before(
-        &self,
-        key: &[u8],
-        quota: &Quota,
-        cost: u64,
-        deadline: Instant,
-    ) -> Result<Decision, StoreError> {
-        self.engine
-            .decide(&self.backend, key, quota, cost, Some(deadline))
-            .await
-    }
-
-    /// One `EVALSHA` of [`crate::scripts::MULTI`] over every charge's key:
-    /// all or nothing, atomic on the server, whatever the number of quotas.
-    async fn decide_all(
-        &self,
-        key: &[u8],
-        charges: &[Charge<'_>],
-    ) -> Result<Vec<Decision>, StoreError> {
-        self.engine
-            .decide_all(&self.backend, key, charges, None)
-            .await
-    }
-
-    async fn decide_all_before(
-        &self,
-        key: &[u8],
-        charges: &[Charge<'_>],
-        deadline: Instant,
-    ) -> Result<Vec<Decision>, StoreError> {
-        self.engine
-            .decide_all(&self.backend, key, charges, Some(deadline))
-            .await
-    }
-
-    fn atomic_all(&self) -> bool {
-        true
-    }
-
-    /// The injected clock, if the store has one (`None`: Redis `TIME`).
-    fn clock(&self) -> Option<Arc<dyn Clock>> {
-        self.engine.clock().cloned()
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+            .atomic(true)
+            .shared_clock(self.engine.clock().cloned())
     }
 }
 

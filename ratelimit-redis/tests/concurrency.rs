@@ -5,12 +5,13 @@
 
 mod common;
 
+use ratelimit_core::StoreExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::redis_rs_store;
-use ratelimit_core::{Quota, Rate, Store};
+use ratelimit_core::{Quota, Rate};
 use ratelimit_redis::RedisStore;
 use ratelimit_testkit::redis_server::RedisServer;
 
@@ -39,7 +40,7 @@ async fn hammer(stores: &[RedisStore], quota: &Quota) -> (u64, u64) {
                 // Stops by itself: at the deadline, or after enough calls.
                 while Instant::now() < deadline && calls.fetch_add(1, Ordering::SeqCst) < 4_000 {
                     let d = store
-                        .decide(b"one-hot-key", &quota, 1)
+                        .decide_one(b"one-hot-key", &quota, 1)
                         .await
                         .expect("no store error");
                     if d.allowed {

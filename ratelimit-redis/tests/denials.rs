@@ -7,9 +7,10 @@
 
 mod common;
 
+use ratelimit_core::StoreExt;
 use std::time::Duration;
 
-use ratelimit_core::{ManualClock, Quota, Rate, Store};
+use ratelimit_core::{ManualClock, Quota, Rate};
 use ratelimit_redis::RedisStore;
 use ratelimit_testkit::redis_server::RedisServer;
 
@@ -66,7 +67,7 @@ async fn deny_many(
 ) {
     let before = writes(server);
     for _ in 0..25 {
-        let d = store.decide(caller, quota, cost).await.unwrap();
+        let d = store.decide_one(caller, quota, cost).await.unwrap();
         assert!(!d.allowed, "{quota:?}: expected a denial");
     }
     assert_eq!(
@@ -97,7 +98,7 @@ async fn denials_write_nothing() {
     let store = common::redis_rs_store(&url, "server-clock").await;
     for q in &quotas {
         let before = writes(&server);
-        assert!(store.decide(b"c", q, 3).await.unwrap().allowed);
+        assert!(store.decide_one(b"c", q, 3).await.unwrap().allowed);
         let after = writes(&server);
         assert!(
             after.0 > before.0 && after.1 > before.1,
@@ -115,29 +116,53 @@ async fn denials_write_nothing() {
 
     // Fixed window: denied in the window it spent.
     clock.set(T0 + 10);
-    assert!(store.decide(b"fw", &quotas[0], 3).await.unwrap().allowed);
+    assert!(
+        store
+            .decide_one(b"fw", &quotas[0], 3)
+            .await
+            .unwrap()
+            .allowed
+    );
     clock.set(T0 + w - 1);
     deny_many(&server, &store, b"fw", &quotas[0], 1).await;
 
     // Sliding window: spent late in one window, denied early in the next
     // (the state rolls on read, and is not written back).
     clock.set(T0 + w - 10);
-    assert!(store.decide(b"sw", &quotas[1], 3).await.unwrap().allowed);
+    assert!(
+        store
+            .decide_one(b"sw", &quotas[1], 3)
+            .await
+            .unwrap()
+            .allowed
+    );
     clock.set(T0 + w + w / 10);
     deny_many(&server, &store, b"sw", &quotas[1], 1).await;
 
     // Sliding log: one entry has left the window, the others still deny.
     clock.set(T0);
-    assert!(store.decide(b"sl", &quotas[2], 1).await.unwrap().allowed);
+    assert!(
+        store
+            .decide_one(b"sl", &quotas[2], 1)
+            .await
+            .unwrap()
+            .allowed
+    );
     clock.set(T0 + 1000);
-    assert!(store.decide(b"sl", &quotas[2], 2).await.unwrap().allowed);
+    assert!(
+        store
+            .decide_one(b"sl", &quotas[2], 2)
+            .await
+            .unwrap()
+            .allowed
+    );
     clock.set(T0 + w + 10);
     deny_many(&server, &store, b"sl", &quotas[2], 2).await;
 
     // Token buckets: part of a token refilled, not enough for a call.
     for (q, name) in [(&quotas[3], &b"tb1"[..]), (&quotas[4], b"tb7")] {
         clock.set(T0);
-        assert!(store.decide(name, q, 3).await.unwrap().allowed);
+        assert!(store.decide_one(name, q, 3).await.unwrap().allowed);
         clock.set(T0 + w / 14);
         deny_many(&server, &store, name, q, 1).await;
     }

@@ -10,9 +10,10 @@
 
 mod common;
 
+use ratelimit_core::StoreExt;
 use std::time::Duration;
 
-use ratelimit_core::{Quota, Rate, Store};
+use ratelimit_core::{Quota, Rate};
 use ratelimit_redis::RedisStore;
 use ratelimit_testkit::proxy::{LostReply, Proxy};
 use ratelimit_testkit::redis_server::{RedisServer, fresh_prefix};
@@ -82,7 +83,7 @@ async fn store(lib: Lib, url: &str, prefix: &str) -> RedisStore {
 async fn counted(server: &RedisServer, prefix: &str, caller: &[u8]) -> u64 {
     let clean = redis_rs(&server.url(), prefix).await;
     let d = clean
-        .decide(caller, &quota(), 1)
+        .decide_one(caller, &quota(), 1)
         .await
         .expect("clean decision");
     assert!(d.allowed);
@@ -98,12 +99,12 @@ async fn lost_reply_counts_once(lib: Lib, how: LostReply) {
     let q = quota();
 
     // Connected, scripts cached: one ordinary call first.
-    let d = s.decide(caller, &q, 1).await.expect("first call");
+    let d = s.decide_one(caller, &q, 1).await.expect("first call");
     assert_eq!(d.remaining, LIMIT - 1);
 
     proxy.set_lost_reply(how);
     proxy.drop_replies_to(b"EVALSHA", 1);
-    let lost = s.decide(caller, &q, 1).await;
+    let lost = s.decide_one(caller, &q, 1).await;
     assert!(
         proxy.wait_replies_lost(1, WAIT),
         "{lib:?}/{how:?}: the proxy lost no reply"
@@ -118,7 +119,7 @@ async fn lost_reply_counts_once(lib: Lib, how: LostReply) {
     proxy.cut_all();
     let mut after = None;
     for _ in 0..50 {
-        if let Ok(d) = s.decide(b"other-caller", &q, 1).await {
+        if let Ok(d) = s.decide_one(b"other-caller", &q, 1).await {
             after = Some(d);
             break;
         }

@@ -4,6 +4,7 @@
 
 mod common;
 
+use ratelimit_core::StoreExt;
 use std::time::{Duration, Instant};
 
 use ratelimit_core::{FailurePolicy, Limiter, Quota, Rate, Source, Store};
@@ -132,13 +133,16 @@ async fn futures_join(limiter: &Limiter, n: usize) -> Vec<ratelimit_core::Decisi
 
 async fn survives_restart(server: &mut RedisServer, store: &dyn Store) {
     let q = quota();
-    let d = store.decide(b"caller", &q, 1).await.expect("first call");
+    let d = store
+        .decide_one(b"caller", &q, 1)
+        .await
+        .expect("first call");
     assert!(d.allowed);
 
     server.kill();
     let start = Instant::now();
     let e = store
-        .decide(b"caller", &q, 1)
+        .decide_one(b"caller", &q, 1)
         .await
         .expect_err("no server, no decision");
     assert!(e.is_transient(), "a lost server is transient: {e}");
@@ -152,7 +156,7 @@ async fn survives_restart(server: &mut RedisServer, store: &dyn Store) {
     server.restart();
     assert!(
         eventually(Duration::from_secs(10), async || store
-            .decide(b"caller", &q, 1)
+            .decide_one(b"caller", &q, 1)
             .await
             .is_ok())
         .await,
@@ -218,7 +222,7 @@ async fn flush_mid_run(server: &RedisServer, store: &dyn Store) {
             server.flush_scripts();
         }
         let q = &quotas[i % quotas.len()];
-        if let Err(e) = store.decide(format!("c{i}").as_bytes(), q, 1).await {
+        if let Err(e) = store.decide_one(format!("c{i}").as_bytes(), q, 1).await {
             panic!("call {i} after SCRIPT FLUSH failed: {e}");
         }
     }
@@ -257,7 +261,7 @@ async fn wrong_type_is_not_transient(server: &RedisServer, store: &RedisStore) {
         .unwrap();
     for quota in [&q, &fw] {
         let e = store
-            .decide(b"squatted", quota, 1)
+            .decide_one(b"squatted", quota, 1)
             .await
             .expect_err("WRONGTYPE");
         assert!(!e.is_transient(), "WRONGTYPE is not transient: {e}");

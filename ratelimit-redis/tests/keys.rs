@@ -5,9 +5,10 @@
 
 mod common;
 
+use ratelimit_core::StoreExt;
 use std::collections::HashSet;
 
-use ratelimit_core::{Quota, Rate, Store};
+use ratelimit_core::{Quota, Rate};
 use ratelimit_redis::keys;
 use ratelimit_testkit::redis_server::RedisServer;
 
@@ -100,10 +101,13 @@ async fn adversarial_callers_get_distinct_keys_tagged_by_the_whole_caller() {
             assert!(key.ends_with(&tail), "{key}");
             // Limit 1 per hour: each caller is admitted once, then denied,
             // whatever the others did.
-            assert!(store.decide(caller, q, 1).await.unwrap().allowed, "{key}");
+            assert!(
+                store.decide_one(caller, q, 1).await.unwrap().allowed,
+                "{key}"
+            );
         }
         for caller in &callers {
-            assert!(!store.decide(caller, q, 1).await.unwrap().allowed);
+            assert!(!store.decide_one(caller, q, 1).await.unwrap().allowed);
         }
     }
     let stored: Vec<Vec<u8>> = redis::cmd("KEYS")

@@ -12,10 +12,11 @@
 
 mod common;
 
+use ratelimit_core::StoreExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratelimit_core::{Quota, Rate, Store};
+use ratelimit_core::{Quota, Rate};
 use ratelimit_testkit::redis_server::RedisServer;
 
 const TASKS: usize = 32;
@@ -25,7 +26,7 @@ async fn measure(quota: &Quota, callers: usize, calls_each: usize) -> f64 {
     let server = RedisServer::start_local();
     let store = Arc::new(common::redis_rs_store(&server.url(), "rl").await);
     // Load the script and settle the allocator before the baseline.
-    store.decide(b"warm-up", quota, 1).await.unwrap();
+    store.decide_one(b"warm-up", quota, 1).await.unwrap();
     let before = server.info_memory_used();
     let mut handles = Vec::new();
     for t in 0..TASKS {
@@ -37,7 +38,10 @@ async fn measure(quota: &Quota, callers: usize, calls_each: usize) -> f64 {
                 for c in 0..calls_each {
                     // Distinct microseconds are not guaranteed; the store
                     // merges same-µs entries, as the model does.
-                    let d = store.decide(caller.as_bytes(), &quota, 1).await.unwrap();
+                    let d = store
+                        .decide_one(caller.as_bytes(), &quota, 1)
+                        .await
+                        .unwrap();
                     assert!(d.allowed, "call {c} of caller {i}");
                 }
             }

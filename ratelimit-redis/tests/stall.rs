@@ -2,6 +2,7 @@
 //! by its failure policy is counted once Redis resumes, with either client
 //! and either policy (see `ratelimit_testkit::stall`).
 
+use ratelimit_core::StoreExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,7 +66,7 @@ async fn fred_calls_answered_by_policy_during_a_pause_are_never_counted() {
 /// the server back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_connection_queues_a_bounded_number_of_calls() {
-    use ratelimit_core::{Quota, Rate, Store};
+    use ratelimit_core::{Quota, Rate};
     let server = RedisServer::start_local();
     let store = RedisStore::builder(server.url())
         .prefix(server.prefix())
@@ -75,12 +76,12 @@ async fn a_paused_connection_queues_a_bounded_number_of_calls() {
         .await
         .expect("connect");
     let q = Quota::fixed_window(Rate::per_hour(1_000_000)).unwrap();
-    store.decide(b"warm", &q, 1).await.expect("warm-up");
+    store.decide_one(b"warm", &q, 1).await.expect("warm-up");
     let calls_before = evalsha_calls(&server);
     server.pause();
     let (mut timed_out, mut refused) = (0, 0);
     for i in 0..200 {
-        match store.decide(format!("c{i}").as_bytes(), &q, 1).await {
+        match store.decide_one(format!("c{i}").as_bytes(), &q, 1).await {
             Err(e) if e.to_string().contains("failing fast") => refused += 1,
             // Sent, and timed out (the store's bound or the client's).
             Err(e) if e.is_transient() => timed_out += 1,
@@ -96,7 +97,7 @@ async fn a_paused_connection_queues_a_bounded_number_of_calls() {
     // The probe finds the server back within a bounded number of calls.
     let mut back = false;
     for _ in 0..500 {
-        if store.decide(b"after", &q, 1).await.is_ok() {
+        if store.decide_one(b"after", &q, 1).await.is_ok() {
             back = true;
             break;
         }

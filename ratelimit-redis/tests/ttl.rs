@@ -3,9 +3,10 @@
 
 mod common;
 
+use ratelimit_core::StoreExt;
 use std::time::{Duration, Instant};
 
-use ratelimit_core::{Quota, Rate, Store};
+use ratelimit_core::{Quota, Rate};
 use ratelimit_testkit::redis_server::RedisServer;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -24,7 +25,7 @@ async fn keys_are_gone_after_the_derived_ttl() {
         let key = store.key(b"ttl-caller", q);
         let mut last = None;
         for _ in 0..4 {
-            last = Some(store.decide(b"ttl-caller", q, 1).await.unwrap());
+            last = Some(store.decide_one(b"ttl-caller", q, 1).await.unwrap());
         }
         let last = last.unwrap();
         let written = Instant::now();
@@ -52,7 +53,7 @@ async fn keys_are_gone_after_the_derived_ttl() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // And the next call is a fresh caller's.
-        let d = store.decide(b"ttl-caller", q, 1).await.unwrap();
+        let d = store.decide_one(b"ttl-caller", q, 1).await.unwrap();
         assert!(d.allowed);
         assert_eq!(d.remaining, q.limit() - 1, "{}", q.kind());
     }

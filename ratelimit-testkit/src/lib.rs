@@ -11,5 +11,6 @@ pub mod redis_server;
 #[cfg(feature = "redis")]
 pub mod server_process;
 pub mod stall;
+pub mod wrong;
 
 pub use conformance::{Contract, StoreFactory, SuiteConfig, Violation, run_all};

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ratelimit_core::model::Charge;
-use ratelimit_core::{Clock, Decision, ManualClock, Quota, Result, Store, SystemClock};
-use ratelimit_local::DashMapStore;
+use ratelimit_core::store::{Answer, Capabilities, Decisions, Request};
+use ratelimit_core::{Decision, ManualClock, Result, Store, StoreExt, SystemClock};
+use ratelimit_local::LocalStore;
 use ratelimit_testkit::controls::{self, Control};
 use ratelimit_testkit::{StoreFactory, SuiteConfig};
 
@@ -70,16 +71,11 @@ impl Wrong {
     }
 }
 
-#[async_trait]
-impl Store for Wrong {
-    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
-        let d = self.inner.decide(key, quota, cost).await?;
-        Ok(self.bend(key, cost, d))
-    }
-
-    async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
-        if self.flaw != Flaw::ShadowNotCounted {
-            let ds = self.inner.decide_all(key, charges).await?;
+impl Wrong {
+    async fn answer(&self, request: Request<'_>) -> Result<Decisions> {
+        let (key, charges) = (request.key, request.charges);
+        if self.flaw != Flaw::ShadowNotCounted || charges.len() == 1 {
+            let ds = self.inner.decide(request).await?;
             return Ok(charges
                 .iter()
                 .zip(ds)
@@ -87,25 +83,31 @@ impl Store for Wrong {
                 .collect());
         }
         let enforced: Vec<Charge<'_>> = charges.iter().filter(|c| !c.shadow).copied().collect();
-        let mut decided = self.inner.decide_all(key, &enforced).await?.into_iter();
-        let fresh = DashMapStore::with_clock(ManualClock::new(controls::T0));
-        let mut out = Vec::new();
+        let mut decided = self
+            .inner
+            .decide(Request::new(key, &enforced).with_deadline(request.deadline))
+            .await?
+            .into_iter();
+        let fresh = LocalStore::with_clock(ManualClock::new(controls::T0));
+        let mut out = Decisions::default();
         for c in charges {
             out.push(if c.shadow {
-                fresh.decide(b"fresh", c.quota, c.cost).await?
+                fresh.decide_one(b"fresh", c.quota, c.cost).await?
             } else {
                 decided.next().expect("one decision per enforced charge")
             });
         }
         Ok(out)
     }
+}
 
-    fn atomic_all(&self) -> bool {
-        self.inner.atomic_all()
+impl Store for Wrong {
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        Answer::pending(self.answer(request))
     }
 
-    fn clock(&self) -> Option<Arc<dyn Clock>> {
-        self.inner.clock()
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities().in_process(false)
     }
 }
 
@@ -116,8 +118,8 @@ impl StoreFactory for Factory {
     async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>> {
         let map = |clock: &Option<ManualClock>| -> Arc<dyn Store> {
             match clock {
-                Some(c) => Arc::new(DashMapStore::with_clock(c.clone())),
-                None => Arc::new(DashMapStore::with_clock(SystemClock)),
+                Some(c) => Arc::new(LocalStore::with_clock(c.clone())),
+                None => Arc::new(LocalStore::with_clock(SystemClock)),
             }
         };
         let shared = map(&clock);

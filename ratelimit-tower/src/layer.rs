@@ -49,13 +49,13 @@ pub(crate) struct Config {
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// use axum::{Router, routing::get};
 /// use http::HeaderName;
-/// use ratelimit_local::DashMapStore;
+/// use ratelimit_local::LocalStore;
 /// use ratelimit_tower::{
 ///     FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota, Rate, RateLimitLayer,
 /// };
 ///
 /// let plan = Quota::token_bucket(Rate::per_minute(100), 20)?.named("api")?;
-/// let limiter = Limiter::builder(DashMapStore::new())
+/// let limiter = Limiter::builder(LocalStore::new())
 ///     .quota(plan)
 ///     .namespace("api")?
 ///     .failure_policy(FailurePolicy::FailOpen)

@@ -12,7 +12,7 @@ use axum::extract::Request;
 use common::*;
 use http::{HeaderName, HeaderValue, StatusCode};
 use ratelimit_core::{ManualClock, Store};
-use ratelimit_local::DashMapStore;
+use ratelimit_local::LocalStore;
 use ratelimit_tower::{
     AMBIGUOUS_KEY_TYPE, COST_TOO_HIGH_TYPE, Cost, FailurePolicy, INVALID_KEY_TYPE,
     KEY_TOO_LONG_TYPE, KeyExtractor, Limiter, MAX_KEY_LEN, MISSING_KEY_TYPE, MissingKey, Policies,
@@ -67,7 +67,7 @@ fn app(layer: RateLimitLayer) -> (Router, Arc<AtomicUsize>) {
 }
 
 async fn api_server(clock: &ManualClock) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    let store = DashMapStore::with_clock(clock.clone());
+    let store = LocalStore::with_clock(clock.clone());
     let layer = RateLimitLayer::new(limiter(store, clock, plan(), FailurePolicy::FailOpen))
         .key(KeyExtractor::header(API_KEY))
         .on_missing_key(MissingKey::unauthorized_api_key(&API_KEY));
@@ -196,7 +196,7 @@ async fn retry_after_is_exact_to_the_second_on_a_sliding_log() {
         .unwrap()
         .named("login")
         .unwrap();
-    let store = DashMapStore::with_clock(clock.clone());
+    let store = LocalStore::with_clock(clock.clone());
     let layer = RateLimitLayer::new(limiter(store, &clock, login, FailurePolicy::FailClosed))
         .key(KeyExtractor::client_ip());
     let (router, hits) = app(layer);
@@ -387,7 +387,7 @@ async fn missing_too_long_ambiguous_and_invalid_keys_answer_differently() {
 async fn an_unusable_key_never_falls_back_to_the_client_ip_or_the_anonymous_bucket() {
     for missing in [MissingKey::BadRequest, MissingKey::anonymous()] {
         let clock = ManualClock::new(T0);
-        let store = DashMapStore::with_clock(clock.clone());
+        let store = LocalStore::with_clock(clock.clone());
         let layer = RateLimitLayer::new(limiter(store, &clock, plan(), FailurePolicy::FailOpen))
             .key(KeyExtractor::header(API_KEY).or(KeyExtractor::client_ip()))
             .on_missing_key(missing.clone());
@@ -419,7 +419,7 @@ async fn an_unusable_key_never_falls_back_to_the_client_ip_or_the_anonymous_buck
 #[tokio::test]
 async fn missing_key_default_is_400() {
     let clock = ManualClock::new(T0);
-    let store = DashMapStore::with_clock(clock.clone());
+    let store = LocalStore::with_clock(clock.clone());
     let layer = RateLimitLayer::new(limiter(store, &clock, plan(), FailurePolicy::FailOpen))
         .key(KeyExtractor::header(API_KEY));
     let (router, hits) = app(layer);
@@ -433,7 +433,7 @@ async fn missing_key_default_is_400() {
 #[tokio::test]
 async fn missing_key_can_share_an_anonymous_bucket() {
     let clock = ManualClock::new(T0);
-    let store = DashMapStore::with_clock(clock.clone());
+    let store = LocalStore::with_clock(clock.clone());
     let tiny = Quota::fixed_window(Rate::per_minute(2))
         .unwrap()
         .named("anon")
@@ -482,7 +482,7 @@ async fn plans_and_routes_have_their_own_quotas() {
             Quota::fixed_window(Rate::per_second(1000)).unwrap(),
         )
         .default_quota(free.clone());
-    let store = DashMapStore::with_clock(clock.clone());
+    let store = LocalStore::with_clock(clock.clone());
     let layer = RateLimitLayer::new(limiter(store, &clock, free, FailurePolicy::FailOpen))
         .key(KeyExtractor::header(API_KEY))
         .policies(policies);
@@ -533,7 +533,7 @@ async fn plans_and_routes_have_their_own_quotas() {
 #[tokio::test]
 async fn cost_is_weighed_and_impossible_or_free_costs_are_handled() {
     let clock = ManualClock::new(T0);
-    let store = DashMapStore::with_clock(clock.clone());
+    let store = LocalStore::with_clock(clock.clone());
     let layer = RateLimitLayer::new(limiter(store, &clock, plan(), FailurePolicy::FailOpen))
         .key(KeyExtractor::header(API_KEY))
         .cost(Cost::from_fn(|parts| {
@@ -628,7 +628,7 @@ async fn failing_store_fail_closed_is_503_and_invents_nothing() {
 #[tokio::test]
 async fn unmatched_requests_pass_untouched() {
     let clock = ManualClock::new(T0);
-    let store = DashMapStore::with_clock(clock.clone());
+    let store = LocalStore::with_clock(clock.clone());
     let only_api = Policies::new().route("/api", plan());
     let layer = RateLimitLayer::new(limiter(store, &clock, plan(), FailurePolicy::FailOpen))
         .key(KeyExtractor::header(API_KEY))

@@ -11,7 +11,7 @@ use axum::routing::get as route_get;
 use common::*;
 use http::{HeaderName, StatusCode};
 use ratelimit_core::{ManualClock, Store};
-use ratelimit_local::DashMapStore;
+use ratelimit_local::LocalStore;
 use ratelimit_redis::RedisStore;
 use ratelimit_testkit::redis_server::RedisServer;
 use ratelimit_tower::{FailurePolicy, KeyExtractor, Limiter, Quota, Rate, RateLimitLayer};
@@ -72,8 +72,8 @@ async fn burst_across(a: SocketAddr, b: SocketAddr) -> (u64, u64) {
 #[tokio::test]
 async fn two_servers_on_the_local_store_each_enforce_their_own_limit() {
     let clock = ManualClock::new(T0);
-    let a = instance(DashMapStore::with_clock(clock.clone()), &clock).await;
-    let b = instance(DashMapStore::with_clock(clock.clone()), &clock).await;
+    let a = instance(LocalStore::with_clock(clock.clone()), &clock).await;
+    let b = instance(LocalStore::with_clock(clock.clone()), &clock).await;
     let (on_a, on_b) = burst_across(a, b).await;
     // Per-process protection only: with 2 instances a burst of 20 becomes 40.
     assert_eq!((on_a, on_b), (BURST, BURST));

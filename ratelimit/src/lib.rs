@@ -8,8 +8,12 @@ pub use ratelimit_core::*;
 #[cfg_attr(docsrs, doc(cfg(feature = "local")))]
 pub use ratelimit_local as local;
 #[cfg(feature = "local")]
-#[cfg_attr(docsrs, doc(cfg(feature = "local")))]
+#[allow(deprecated)]
+#[doc(hidden)]
 pub use ratelimit_local::DashMapStore;
+#[cfg(feature = "local")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local")))]
+pub use ratelimit_local::LocalStore;
 
 /// The single-node Redis store crate, `ratelimit-redis` (feature `redis`).
 #[cfg(feature = "redis")]

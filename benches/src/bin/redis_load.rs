@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use ratelimit_cluster::ClusterStore;
-use ratelimit_core::{AlgorithmKind, Limiter, Quota, Rate, Store};
+use ratelimit_core::{AlgorithmKind, Limiter, Quota, Rate, Store, StoreExt};
 use ratelimit_redis::{RedisStore, keys, scripts};
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::RedisServer;
@@ -539,7 +539,7 @@ async fn ours_store(lib: Lib, url: &str, quota: &Quota, conns: usize, callers: u
     Arc::new(move |c, i| {
         let (s, ids, q) = (stores[c].clone(), ids.clone(), quota.clone());
         Box::pin(async move {
-            s.decide(ids[i].as_bytes(), &q, 1)
+            s.decide_one(ids[i].as_bytes(), &q, 1)
                 .await
                 .map(|d| d.allowed)
                 .map_err(|e| e.to_string())

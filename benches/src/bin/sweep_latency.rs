@@ -1,6 +1,6 @@
 //! Decision latency of the local store while 200,000 callers expire (and,
 //! for comparison, while they stay live): the store's automatic sweep
-//! beside a full [`DashMapStore::sweep`] run inline by the first decision
+//! beside a full [`LocalStore::sweep`] run inline by the first decision
 //! of every interval, which is what the store's automatic sweep did before
 //! it became incremental (the call that found the sweep due walked every
 //! map).
@@ -46,7 +46,7 @@
 use std::time::{Duration, Instant};
 
 use ratelimit_core::{Quota, Rate};
-use ratelimit_local::DashMapStore;
+use ratelimit_local::LocalStore;
 
 /// The goal for the automatic sweep's p99.9 response time.
 const GOAL: Duration = Duration::from_millis(1);
@@ -137,8 +137,8 @@ fn quantiles(mut v: Vec<Duration>) -> [Duration; 4] {
 fn run(scenario: Scenario, way: Way, args: &Args, ids: &[String]) -> Run {
     let interval = Duration::from_secs(1);
     let store = match way {
-        Way::Automatic => DashMapStore::new(),
-        Way::FullInline => DashMapStore::new().sweep_interval(Duration::MAX),
+        Way::Automatic => LocalStore::new(),
+        Way::FullInline => LocalStore::new().sweep_interval(Duration::MAX),
     };
     let mut sweep_due = Instant::now() + interval;
     let idle = match scenario {

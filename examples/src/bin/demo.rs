@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use ratelimit_core::{ManualClock, Store, SystemClock};
 use ratelimit_examples::demo;
-use ratelimit_local::DashMapStore;
+use ratelimit_local::LocalStore;
 use ratelimit_redis::RedisStore;
 
 const USAGE: &str = "usage: demo [--redis <URL>]";
@@ -37,8 +37,8 @@ async fn main() -> ExitCode {
     let run_id = demo::run_id(&SystemClock);
     let (store, backend): (Arc<dyn Store>, String) = match redis_url {
         None => (
-            Arc::new(DashMapStore::with_clock(clock.clone())),
-            "in-process DashMapStore".into(),
+            Arc::new(LocalStore::with_clock(clock.clone())),
+            "in-process LocalStore".into(),
         ),
         Some(url) => {
             let built = RedisStore::builder(url.as_str())

@@ -17,10 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratelimit_core::model::Charge;
-use ratelimit_core::{
-    Clock, Decision, DenyCache, Limiter, ManualClock, Quota, Rate, Source, Store, async_trait,
-};
+use ratelimit_core::store::{Answer, Capabilities, Request};
+use ratelimit_core::{DenyCache, Limiter, ManualClock, Quota, Rate, Source, Store, StoreExt};
 use ratelimit_redis::RedisStore;
 
 const USAGE: &str = "usage: retry_storm --redis <URL> [--callers N] [--seconds S] [--every-ms MS]\n\
@@ -35,49 +33,15 @@ struct Counting {
     calls: AtomicU64,
 }
 
-#[async_trait]
+/// A wrapper forwards the one door, and so everything (keys, charges,
+/// deadline).
 impl Store for Counting {
-    async fn decide(
-        &self,
-        key: &[u8],
-        quota: &Quota,
-        cost: u64,
-    ) -> ratelimit_core::Result<Decision> {
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.decide(key, quota, cost).await
+        self.inner.decide(request)
     }
-    async fn decide_all(
-        &self,
-        key: &[u8],
-        charges: &[Charge<'_>],
-    ) -> ratelimit_core::Result<Vec<Decision>> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.decide_all(key, charges).await
-    }
-    async fn decide_before(
-        &self,
-        key: &[u8],
-        quota: &Quota,
-        cost: u64,
-        deadline: std::time::Instant,
-    ) -> ratelimit_core::Result<Decision> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.decide_before(key, quota, cost, deadline).await
-    }
-    async fn decide_all_before(
-        &self,
-        key: &[u8],
-        charges: &[Charge<'_>],
-        deadline: std::time::Instant,
-    ) -> ratelimit_core::Result<Vec<Decision>> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.decide_all_before(key, charges, deadline).await
-    }
-    fn atomic_all(&self) -> bool {
-        self.inner.atomic_all()
-    }
-    fn clock(&self) -> Option<Arc<dyn Clock>> {
-        self.inner.clock()
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
 }
 
@@ -127,7 +91,7 @@ async fn run(
             if matches!(d.source, Source::FailOpen | Source::FailClosed) {
                 let why = match store
                     .inner
-                    .decide(format!("caller-{c}").as_bytes(), quota, 1)
+                    .decide_one(format!("caller-{c}").as_bytes(), quota, 1)
                     .await
                 {
                     Err(e) => e.to_string(),

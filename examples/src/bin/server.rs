@@ -41,7 +41,7 @@ use axum::{Extension, Router};
 use http::HeaderName;
 use ratelimit::tower::RateLimitInfo;
 use ratelimit::{
-    Algorithm, DashMapStore, DenyCache, FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota,
+    Algorithm, DenyCache, FailurePolicy, KeyExtractor, Limiter, LocalStore, MissingKey, Quota,
     Rate, RateLimitLayer, RedisStore, Store,
 };
 
@@ -232,8 +232,8 @@ async fn main() -> ExitCode {
     );
     let (store, backend): (Arc<dyn Store>, String) = match &args.redis {
         None => (
-            Arc::new(DashMapStore::new()),
-            "in-process DashMapStore (per-process protection only: N instances allow N x the limit)"
+            Arc::new(LocalStore::new()),
+            "in-process LocalStore (per-process protection only: N instances allow N x the limit)"
                 .to_owned(),
         ),
         Some(url) => match RedisStore::connect(url).await {

@@ -149,8 +149,8 @@ impl LimiterBuilder {
 
     /// The clock used for `X-RateLimit-Reset`, the breaker, the deny cache
     /// and [`Limiter::acquire`]. Default: the store's clock when it exposes
-    /// one ([`Store::clock`]: the local store, or a store built on an
-    /// injected clock), else [`SystemClock`].
+    /// one ([`crate::store::Capabilities::clock`]: the local store, or a
+    /// store built on an injected clock), else [`SystemClock`].
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Some(Arc::new(clock));
         self
@@ -177,9 +177,10 @@ impl LimiterBuilder {
             .unwrap_or_else(|| Arc::new(super::timer::TokioTimer));
         #[cfg(not(feature = "tokio"))]
         let timer = self.timer.ok_or(ConfigError::NoTimer)?;
+        let capabilities = self.store.capabilities();
         let clock = self
             .clock
-            .or_else(|| self.store.clock())
+            .or_else(|| capabilities.clock.clone())
             .unwrap_or_else(|| Arc::new(SystemClock));
         let fallback = match self.fallback {
             Some((store, instances)) => Some(Fallback {
@@ -193,7 +194,7 @@ impl LimiterBuilder {
             }),
             None => None,
         };
-        if self.quotas.len() > 1 && !self.store.atomic_all() {
+        if self.quotas.len() > 1 && !capabilities.atomic {
             tracing::warn!(
                 store = ?self.store,
                 "this store does not decide several quotas atomically: a quota checked before \
@@ -215,7 +216,7 @@ impl LimiterBuilder {
                 timer,
                 clock,
                 counters: Counters::default(),
-                sync_store: std::sync::atomic::AtomicBool::new(true),
+                in_process: std::sync::atomic::AtomicBool::new(capabilities.in_process),
                 last_warning: AtomicU64::new(0),
                 last_shadow_log: AtomicU64::new(0),
                 breaker: self.breaker.map(Breaker::new),

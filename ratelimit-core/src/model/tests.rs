@@ -223,7 +223,7 @@ fn any_bucket() -> impl Strategy<Value = Quota> {
             let crate::Algorithm::TokenBucket(b) = probe.algorithm() else {
                 unreachable!()
             };
-            let burst = ((crate::MAX_EXACT - b.refill()) / b.unit())
+            let burst = ((crate::MAX_BUCKET - b.refill()) / b.unit())
                 .saturating_sub(slack)
                 .max(1);
             Quota::token_bucket(rate, burst).unwrap()

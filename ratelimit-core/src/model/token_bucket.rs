@@ -46,7 +46,8 @@ fn ceil_div(x: i64, r: i64) -> i64 {
 /// refilled for time that has not passed, and a step back never admits more
 /// than the latest instant seen would.
 ///
-/// No value formed exceeds `full + refill <= 2^53 - 1`: `d` is compared
+/// No value formed exceeds `full + refill <= 2^52` (the stored `tat` is at
+/// most `now + full`, below 2^53 for `now` below `MAX_TIME`): `d` is compared
 /// through `tat - now <= (full - need - rem) / refill` rather than formed,
 /// and the retry is `(tat - now) + ceil((rem + need - full) / refill)`.
 ///

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use ratelimit_core::model::{self, Charge, State};
-use ratelimit_core::{Clock, Decision, Quota, Result, Store, StoreError};
+use ratelimit_core::store::{Answer, Capabilities, Decisions, Request};
+use ratelimit_core::{Clock, Quota, Result, Store, StoreError};
 
 /// Per (key, policy name, algorithm): the state and when it expires.
 type Slots = HashMap<(Vec<u8>, String, &'static str), (State, u64)>;
@@ -20,8 +20,8 @@ pub struct ModelStore {
     state: Mutex<Slots>,
     pub calls: AtomicU64,
     pub down: AtomicBool,
-    /// Whether it answers `decide_sync` (as an in-process store does), so
-    /// the limiter takes its synchronous path.
+    /// Whether it answers in place (as an in-process store does), so the
+    /// limiter takes its synchronous path.
     pub sync: bool,
 }
 
@@ -30,7 +30,7 @@ impl ModelStore {
         Self::with_sync(clock, false)
     }
 
-    /// A store that answers `decide_sync` when `sync` is set.
+    /// A store that answers in place when `sync` is set.
     pub fn with_sync(clock: impl Clock + 'static, sync: bool) -> Self {
         Self {
             clock: Arc::new(clock),
@@ -54,38 +54,24 @@ impl ModelStore {
     }
 }
 
-#[async_trait]
 impl Store for ModelStore {
-    async fn decide(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
-        let mut d = self.decide_all(key, &[Charge::new(quota, cost)]).await?;
-        Ok(d.remove(0))
-    }
-
-    fn decide_sync(&self, key: &[u8], quota: &Quota, cost: u64) -> Option<Result<Decision>> {
-        if !self.sync {
-            return None;
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        if self.sync {
+            return Answer::ready(self.decide_all_now(request.key, request.charges));
         }
-        Some(
-            self.decide_all_now(key, &[Charge::new(quota, cost)])
-                .map(|mut d| d.remove(0)),
-        )
+        Answer::pending(async move { self.decide_all_now(request.key, request.charges) })
     }
 
-    async fn decide_all(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
-        self.decide_all_now(key, charges)
-    }
-
-    fn atomic_all(&self) -> bool {
-        true
-    }
-
-    fn clock(&self) -> Option<Arc<dyn Clock>> {
-        Some(self.clock.clone())
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+            .atomic(true)
+            .in_process(self.sync)
+            .shared_clock(Some(self.clock.clone()))
     }
 }
 
 impl ModelStore {
-    fn decide_all_now(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Vec<Decision>> {
+    fn decide_all_now(&self, key: &[u8], charges: &[Charge<'_>]) -> Result<Decisions> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.down.load(Ordering::SeqCst) {
             return Err(StoreError::message("connection refused", true));
@@ -109,6 +95,6 @@ impl ModelStore {
                 map.insert(Self::slot(key, c.quota), (s, now + ttl));
             }
         }
-        Ok(step.decisions)
+        Ok(step.decisions.into())
     }
 }

@@ -6,10 +6,12 @@ use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
+use ratelimit_core::model::Charge;
 use ratelimit_core::{AlgorithmKind, Clock, ManualClock, Quota, Rate, Store, SystemClock};
 use tokio::runtime::Handle;
 
 use super::checks::{compare, play};
+use super::door;
 use super::scenario::{Shape, T0, case_prefix, describe, run_cases, scenarios};
 use super::{Contract, StoreFactory, SuiteConfig, Violation};
 
@@ -74,10 +76,9 @@ pub async fn shared_state(
         let key = case_prefix();
         let mut per = vec![0u64; n];
         for i in 0..3 * SHARED_LIMIT as usize {
-            let d = stores[i % n]
-                .decide(&key, &q, 1)
+            let d = door::ask_one(&*stores[i % n], &key, &q, 1)
                 .await
-                .map_err(|e| violation(Contract::SharedState, &q, setup.clone(), e.to_string()))?;
+                .map_err(|e| violation(Contract::SharedState, &q, setup.clone(), e))?;
             per[i % n] += u64::from(d.allowed);
         }
         let total: u64 = per.iter().sum();
@@ -163,6 +164,8 @@ impl fmt::Display for ConcurrencyReport {
 struct Run {
     calls: Vec<u64>,
     admitted: Vec<u64>,
+    /// Requests admitted, per shape of request.
+    by_shape: Vec<u64>,
     switches: u64,
     errors: u64,
     first_error: Option<String>,
@@ -178,14 +181,16 @@ impl Run {
 }
 
 /// Runs `threads` OS threads, thread `i` on `stores[i % len]`, released
-/// together by a barrier, each making up to `per_thread` calls of cost 1 on
-/// `key` (yielding between calls, so threads sharing a core interleave too),
-/// until `deadline` if given.
+/// together by a barrier, each making up to `per_thread` requests on `key`
+/// (yielding between them, so threads sharing a core interleave too), until
+/// `deadline` if given. Thread `i`'s request `j` charges
+/// `shapes[(i + j) % shapes.len()]`; a request is admitted when every
+/// charge's decision admits it.
 fn run_threads(
     handle: &Handle,
     stores: &[Arc<dyn Store>],
     threads: usize,
-    quota: &Quota,
+    shapes: &[&[Charge<'_>]],
     key: &[u8],
     per_thread: u64,
     deadline: Option<Duration>,
@@ -194,17 +199,19 @@ fn run_threads(
     let seq = AtomicU64::new(0);
     let total = threads * usize::try_from(per_thread).unwrap_or(usize::MAX);
     let order: Vec<AtomicU16> = (0..total).map(|_| AtomicU16::new(u16::MAX)).collect();
+    let by_shape: Vec<AtomicU64> = shapes.iter().map(|_| AtomicU64::new(0)).collect();
     let first_error = Mutex::new(None::<String>);
     let results: Vec<(u64, u64, u64)> = std::thread::scope(|s| {
         let spawned: Vec<_> = (0..threads)
             .map(|i| {
-                let (barrier, seq, order, first_error) = (&barrier, &seq, &order, &first_error);
+                let (barrier, seq, order, first_error, by_shape) =
+                    (&barrier, &seq, &order, &first_error, &by_shape);
                 let store = &stores[i % stores.len()];
                 s.spawn(move || {
                     barrier.wait();
                     let end = deadline.map(|d| Instant::now() + d);
                     let (mut calls, mut admitted, mut errors) = (0u64, 0u64, 0u64);
-                    for _ in 0..per_thread {
+                    for j in 0..per_thread {
                         if end.is_some_and(|e| Instant::now() >= e) {
                             break;
                         }
@@ -213,14 +220,19 @@ fn run_threads(
                         {
                             slot.store(u16::try_from(i).unwrap_or(u16::MAX), Ordering::Relaxed);
                         }
-                        match handle.block_on(store.decide(key, quota, 1)) {
-                            Ok(d) => admitted += u64::from(d.allowed),
+                        let shape = (i + usize::try_from(j).unwrap_or(0)) % shapes.len();
+                        match handle.block_on(door::ask(&**store, key, shapes[shape])) {
+                            Ok(ds) => {
+                                let ok = ds.iter().all(|d| d.allowed);
+                                admitted += u64::from(ok);
+                                by_shape[shape].fetch_add(u64::from(ok), Ordering::Relaxed);
+                            }
                             Err(e) => {
                                 errors += 1;
                                 first_error
                                     .lock()
                                     .unwrap_or_else(|p| p.into_inner())
-                                    .get_or_insert(e.to_string());
+                                    .get_or_insert(e);
                             }
                         }
                         calls += 1;
@@ -247,6 +259,7 @@ fn run_threads(
     Run {
         calls: results.iter().map(|r| r.0).collect(),
         admitted: results.iter().map(|r| r.1).collect(),
+        by_shape: by_shape.iter().map(|a| a.load(Ordering::Relaxed)).collect(),
         errors: results.iter().map(|r| r.2).sum(),
         first_error,
         switches,
@@ -304,8 +317,9 @@ pub async fn concurrency_report(
             let clock = ManualClock::new(T0 + 17);
             let stores = factory.stores(instances, Some(clock)).await;
             let key = case_prefix();
+            let one = [Charge::new(&q, 1)];
             let run = tokio::task::block_in_place(|| {
-                run_threads(&handle, &stores, threads, &q, &key, per_thread, None)
+                run_threads(&handle, &stores, threads, &[&one], &key, per_thread, None)
             });
             if run.errors > 0 {
                 return Err(violation(
@@ -386,12 +400,13 @@ pub async fn concurrency_server_clock(
         let stores = factory.stores(instances, None).await;
         let key = case_prefix();
         let start = SystemClock.now();
+        let one = [Charge::new(&q, 1)];
         let run = tokio::task::block_in_place(|| {
             run_threads(
                 &handle,
                 &stores,
                 threads,
-                &q,
+                &[&one],
                 &key,
                 per_thread,
                 Some(config.concurrency_duration),
@@ -437,6 +452,112 @@ pub async fn concurrency_server_clock(
                     run.admitted(),
                     run.calls(),
                     Duration::from_micros(end.saturating_sub(start))
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Contract 9 for several quotas (and contract 11 under concurrency): many
+/// threads over many instances, on one key, send three shapes of request
+/// at once: quotas `a` and `b` together (all or nothing), `a` alone, and
+/// `b` alone. Under a frozen clock, with enough requests of each shape to
+/// exhaust both quotas, the units counted in `a` (admitted requests
+/// charging `a`) must be **exactly** `a`'s limit, and likewise for `b`:
+/// more is a lost update (a set read and written under separate locks) or
+/// a set kept in a keyspace of its own (a quota checked alone and within a
+/// set must be one state); fewer is a false denial.
+///
+/// Each pair of algorithms (`a` of one, `b` of the next), `concurrency_rounds`
+/// / 2 rounds (at least 1) on fresh keys.
+pub async fn concurrency_sets(
+    factory: &dyn StoreFactory,
+    config: &SuiteConfig,
+) -> Result<(), Violation> {
+    let handle = Handle::current();
+    let instances = config.instances.max(1);
+    let threads = (instances * config.threads_per_instance).max(2);
+    let limit = config.concurrency_limit.max(2);
+    let per_thread = (6 * limit + 3 * threads as u64).div_ceil(threads as u64);
+    for (i, &kind) in AlgorithmKind::ALL.iter().enumerate() {
+        let other = AlgorithmKind::ALL[(i + 1) % AlgorithmKind::ALL.len()];
+        let a = quota(kind, Duration::from_secs(60), limit)
+            .named("a")
+            .expect("valid name");
+        let b = quota(other, Duration::from_secs(60), limit / 2 + 1)
+            .named("b")
+            .expect("valid name");
+        let setup = format!(
+            "{instances} store instances × {} OS threads each, released together, one key, \
+             {per_thread} requests per thread cycling through [a, b] together, [a] alone and [b] \
+             alone, cost 1 each, frozen clock; quota b: {}",
+            threads / instances,
+            describe(&b)
+        );
+        let set = [Charge::new(&a, 1), Charge::new(&b, 1)];
+        let only_a = [Charge::new(&a, 1)];
+        let only_b = [Charge::new(&b, 1)];
+        let shapes: [&[Charge<'_>]; 3] = [&set, &only_a, &only_b];
+        let mut switches = 0;
+        let rounds = (config.concurrency_rounds / 2).max(1);
+        for round in 0..rounds {
+            let clock = ManualClock::new(T0 + 17);
+            let stores = factory.stores(instances, Some(clock)).await;
+            let key = case_prefix();
+            let run = tokio::task::block_in_place(|| {
+                run_threads(&handle, &stores, threads, &shapes, &key, per_thread, None)
+            });
+            if run.errors > 0 {
+                return Err(violation(
+                    Contract::Concurrency,
+                    &a,
+                    setup,
+                    format!(
+                        "{} of {} requests failed in round {round}; first error: {}",
+                        run.errors,
+                        run.calls(),
+                        run.first_error.unwrap_or_default()
+                    ),
+                ));
+            }
+            let counted_a = run.by_shape[0] + run.by_shape[1];
+            let counted_b = run.by_shape[0] + run.by_shape[2];
+            for (name, counted, q) in [("a", counted_a, &a), ("b", counted_b, &b)] {
+                if counted != q.limit() {
+                    let what = if counted > q.limit() {
+                        "over-admitted: a lost update, or a quota checked within a set kept apart \
+                         from the same quota checked alone (they must be one state)"
+                    } else {
+                        "under-admitted (false denials)"
+                    };
+                    return Err(violation(
+                        Contract::Concurrency,
+                        &a,
+                        setup,
+                        format!(
+                            "round {round}: quota {name} counted {counted} units (admitted sets \
+                             {}, admitted [a] alone {}, admitted [b] alone {}), but its limit is \
+                             {}: {what}",
+                            run.by_shape[0],
+                            run.by_shape[1],
+                            run.by_shape[2],
+                            q.limit()
+                        ),
+                    ));
+                }
+            }
+            switches += run.switches;
+        }
+        let needed = u64::from(rounds) * threads as u64;
+        if switches < needed {
+            return Err(violation(
+                Contract::Concurrency,
+                &a,
+                setup,
+                format!(
+                    "no interleaving: the threads ran one after another ({switches} switches, at \
+                     least {needed} needed), so the run proves nothing about concurrency"
                 ),
             ));
         }

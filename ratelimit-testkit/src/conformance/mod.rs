@@ -17,6 +17,8 @@
 mod atomic;
 mod checks;
 mod concurrency;
+mod deadlines;
+mod door;
 mod oracle;
 mod scenario;
 
@@ -33,15 +35,17 @@ pub use checks::{
     sliding_window_rule, state_expires, token_bucket_bound,
 };
 pub use concurrency::{
-    ConcurrencyReport, concurrency, concurrency_report, concurrency_server_clock, shared_state,
+    ConcurrencyReport, concurrency, concurrency_report, concurrency_server_clock, concurrency_sets,
+    shared_state,
 };
+pub use deadlines::deadlines;
 
 /// Makes the stores under test.
 ///
 /// ```
 /// use std::sync::Arc;
 /// use ratelimit_core::{ManualClock, Store, SystemClock};
-/// use ratelimit_local::DashMapStore;
+/// use ratelimit_local::LocalStore;
 /// use ratelimit_testkit::StoreFactory;
 ///
 /// struct Local;
@@ -51,8 +55,8 @@ pub use concurrency::{
 ///     async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>> {
 ///         // One in-process map: every "instance" is the same store.
 ///         let store: Arc<dyn Store> = match clock {
-///             Some(c) => Arc::new(DashMapStore::with_clock(c)),
-///             None => Arc::new(DashMapStore::with_clock(SystemClock)),
+///             Some(c) => Arc::new(LocalStore::with_clock(c)),
+///             None => Arc::new(LocalStore::with_clock(SystemClock)),
 ///         };
 ///         vec![store; n]
 ///     }
@@ -188,8 +192,11 @@ pub enum Contract {
     StateExpires = 8,
     /// 9 (shared state): instances called round-robin admit what one instance would.
     SharedState = 90,
-    /// 9 (concurrency): many threads over many instances on one key never over-admit.
+    /// 9 (concurrency): many threads over many instances on one key never
+    /// over-admit, with one quota or several.
     Concurrency = 9,
+    /// 10: a request carried out after its deadline counts nothing.
+    Deadline = 10,
     /// 11: with several quotas, a call is admitted only if every quota
     /// admits it, and a denied call is counted in no quota.
     Atomicity = 11,
@@ -218,6 +225,7 @@ impl fmt::Display for Contract {
             Self::StateExpires => "state expires",
             Self::SharedState => "shared state",
             Self::Concurrency => "concurrency",
+            Self::Deadline => "nothing counted after the deadline",
             Self::Atomicity => "several quotas, all or nothing",
         };
         write!(f, "contract {} ({name})", self.number())
@@ -247,8 +255,12 @@ impl fmt::Display for Violation {
 
 impl std::error::Error for Violation {}
 
-/// Runs every contract, 1 to 9 and 11 ([`quotas_atomic`], several quotas
-/// all or nothing), and returns the first violation.
+/// Runs every contract, 1 to 11, and returns the first violation: 1-8,
+/// 9 ([`shared_state`], [`concurrency`], and [`concurrency_sets`] for
+/// several quotas at once), 10 ([`deadlines`]: an expired request counts
+/// nothing) and 11 ([`quotas_atomic`]: several quotas all or nothing, on
+/// the same states as single quotas). Every request goes through the
+/// store's one door, [`Store::decide`], as the limiter sends it.
 ///
 /// Contracts 1-8, shared state and the exact concurrency check run on an
 /// injected clock; when `config.server_clock` is set, a second concurrency
@@ -267,6 +279,8 @@ pub async fn run_all(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result
     if config.server_clock {
         concurrency_server_clock(factory, config).await?;
     }
+    deadlines(factory, config).await?;
     quotas_atomic(factory, config).await?;
+    concurrency_sets(factory, config).await?;
     Ok(())
 }

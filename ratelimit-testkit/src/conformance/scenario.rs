@@ -28,15 +28,18 @@ use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner
 
 use ratelimit_core::model::{self, State};
 use ratelimit_core::quota::MAX_WINDOW;
-use ratelimit_core::{Algorithm, AlgorithmKind, MAX_EXACT, Micros, Quota, Rate};
+use ratelimit_core::{
+    Algorithm, AlgorithmKind, MAX_BUCKET, MAX_EXACT, MAX_TIME, Micros, Quota, Rate,
+};
 
 use super::{Contract, SuiteConfig, Violation};
 
 /// A minute boundary: every generated window starts at a known phase from it.
 pub(crate) const T0: Micros = 1_800_000_000_000_000;
 
-/// Calls never go past this time, so every time and TTL stays below 2^53.
-const T_MAX: Micros = T0 + 4_000_000_000_000_000;
+/// Calls never go past this time ([`MAX_TIME`]), so every time, TTL and
+/// token bucket state stays below 2^53.
+const T_MAX: Micros = MAX_TIME - 1;
 
 /// The longest window, in µs.
 const MAX_WINDOW_MICROS: u64 = MAX_WINDOW.as_micros() as u64;
@@ -354,7 +357,7 @@ fn token_bucket(rate: Rate, burst: u64, edge: bool) -> Result<Quota, ratelimit_c
     let Algorithm::TokenBucket(b) = probe.algorithm() else {
         unreachable!("a token bucket")
     };
-    let max = (MAX_EXACT - b.refill()) / b.unit();
+    let max = (MAX_BUCKET - b.refill()) / b.unit();
     let mut burst = if edge { max } else { burst.min(max) }.max(1);
     loop {
         match Quota::token_bucket(rate, burst) {

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ratelimit_core::model::Charge;
+use ratelimit_core::store::{Answer, Capabilities, Decisions, Request};
 use ratelimit_core::{
     Clock, Decision, DenyCache, Limiter, LimiterBuilder, ManualClock, Micros, Quota, Rate, Source,
-    Store, Verdict, async_trait,
+    Store, Verdict,
 };
 
 use super::{Control, ControlViolation, T0, build, configure, namespace, one_store};
@@ -441,32 +441,10 @@ impl FlawedDenyCache {
     }
 }
 
-#[async_trait]
-impl Store for FlawedDenyCache {
-    async fn decide(
-        &self,
-        key: &[u8],
-        quota: &Quota,
-        cost: u64,
-    ) -> ratelimit_core::Result<Decision> {
+impl FlawedDenyCache {
+    async fn answer(&self, request: Request<'_>) -> ratelimit_core::Result<Decisions> {
         let now = self.clock.now();
-        if let Some(d) = self.cached(key, quota, cost, now) {
-            if self.flaw == Flaw::StillCallsTheStore {
-                self.inner.decide(key, quota, cost).await?;
-            }
-            return Ok(d);
-        }
-        let d = self.inner.decide(key, quota, cost).await?;
-        self.remember(key, quota, cost, &d, now);
-        Ok(d)
-    }
-
-    async fn decide_all(
-        &self,
-        key: &[u8],
-        charges: &[Charge<'_>],
-    ) -> ratelimit_core::Result<Vec<Decision>> {
-        let now = self.clock.now();
+        let (key, charges) = (request.key, request.charges);
         let hit = charges.iter().enumerate().find_map(|(i, c)| {
             (!c.shadow)
                 .then(|| self.cached(key, c.quota, c.cost, now))
@@ -475,7 +453,7 @@ impl Store for FlawedDenyCache {
         });
         if let Some((i, d)) = hit {
             if self.flaw == Flaw::StillCallsTheStore {
-                self.inner.decide_all(key, charges).await?;
+                self.inner.decide(request).await?;
             }
             return Ok(charges
                 .iter()
@@ -492,21 +470,24 @@ impl Store for FlawedDenyCache {
                 })
                 .collect());
         }
-        let ds = self.inner.decide_all(key, charges).await?;
-        for (c, d) in charges.iter().zip(&ds) {
+        let ds = self.inner.decide(request).await?;
+        for (c, d) in charges.iter().zip(ds.iter()) {
             if !c.shadow {
                 self.remember(key, c.quota, c.cost, d, now);
             }
         }
         Ok(ds)
     }
+}
 
-    fn atomic_all(&self) -> bool {
-        self.inner.atomic_all()
+impl Store for FlawedDenyCache {
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        Answer::pending(self.answer(request))
     }
 
-    fn clock(&self) -> Option<Arc<dyn Clock>> {
-        self.inner.clock()
+    fn capabilities(&self) -> Capabilities {
+        // It answers through a future, whatever the inner store does.
+        self.inner.capabilities().in_process(false)
     }
 }
 
@@ -574,61 +555,15 @@ impl Counted {
     }
 }
 
-#[async_trait]
+/// A wrapper forwards the one door, and so everything (keys, charges,
+/// deadline).
 impl Store for Counted {
-    async fn decide(
-        &self,
-        key: &[u8],
-        quota: &Quota,
-        cost: u64,
-    ) -> ratelimit_core::Result<Decision> {
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.decide(key, quota, cost).await
+        self.inner.decide(request)
     }
-    fn decide_sync(
-        &self,
-        key: &[u8],
-        quota: &Quota,
-        cost: u64,
-    ) -> Option<ratelimit_core::Result<Decision>> {
-        let r = self.inner.decide_sync(key, quota, cost);
-        if r.is_some() {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-        }
-        r
-    }
-    async fn decide_all(
-        &self,
-        key: &[u8],
-        charges: &[Charge<'_>],
-    ) -> ratelimit_core::Result<Vec<Decision>> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.decide_all(key, charges).await
-    }
-    async fn decide_before(
-        &self,
-        key: &[u8],
-        quota: &Quota,
-        cost: u64,
-        deadline: std::time::Instant,
-    ) -> ratelimit_core::Result<Decision> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.decide_before(key, quota, cost, deadline).await
-    }
-    async fn decide_all_before(
-        &self,
-        key: &[u8],
-        charges: &[Charge<'_>],
-        deadline: std::time::Instant,
-    ) -> ratelimit_core::Result<Vec<Decision>> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.decide_all_before(key, charges, deadline).await
-    }
-    fn atomic_all(&self) -> bool {
-        self.inner.atomic_all()
-    }
-    fn clock(&self) -> Option<Arc<dyn Clock>> {
-        self.inner.clock()
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
 }
 

@@ -11,7 +11,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
-use ratelimit_core::{Decision, Quota, Store, StoreError, async_trait};
+use ratelimit_core::store::{Answer, Request as StoreRequest};
+use ratelimit_core::{Store, StoreError};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Whole seconds since the epoch where every test clock starts.
@@ -184,10 +185,9 @@ pub fn policy(name: &str, params: &[(&str, i64)]) -> Vec<(String, BTreeMap<Strin
 #[derive(Debug)]
 pub struct FailingStore;
 
-#[async_trait]
 impl Store for FailingStore {
-    async fn decide(&self, _: &[u8], _: &Quota, _: u64) -> Result<Decision, StoreError> {
-        Err(StoreError::message("connection refused (test store)", true))
+    fn decide<'a>(&'a self, _: StoreRequest<'a>) -> Answer<'a> {
+        Answer::pending(async { Err(StoreError::message("connection refused (test store)", true)) })
     }
 }
 
@@ -195,9 +195,8 @@ impl Store for FailingStore {
 #[derive(Debug)]
 pub struct HangingStore;
 
-#[async_trait]
 impl Store for HangingStore {
-    async fn decide(&self, _: &[u8], _: &Quota, _: u64) -> Result<Decision, StoreError> {
-        std::future::pending().await
+    fn decide<'a>(&'a self, _: StoreRequest<'a>) -> Answer<'a> {
+        Answer::pending(std::future::pending())
     }
 }

@@ -1,0 +1,725 @@
+//! How one check travels: the deny cache, the breaker, the store's one door
+//! (ready answers taken in place, futures awaited under the timeout and the
+//! panic guard), then the decision accepted or, on failure, made by the
+//! fallback store or the failure policy; counted and recorded either way.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+use tracing::Instrument;
+
+use crate::clock::Micros;
+use crate::decision::{Decision, Source, Verdict};
+use crate::error::{Result as StoreResult, StoreError};
+use crate::model::Charge;
+use crate::quota::Quota;
+use crate::store::{Answer, Deadline, Decisions, Request, first};
+
+use super::breaker::Permit;
+use super::check::{Check, KeyBuf};
+use super::stats::bump;
+use super::telemetry;
+use super::timer::{Guard, Guarded};
+use super::{FailurePolicy, Limiter};
+
+/// Why a store request produced no decision.
+pub(crate) enum Failure {
+    Error(StoreError),
+    Timeout,
+    Panicked,
+    /// The circuit breaker is open: the store was not asked.
+    Open,
+}
+
+impl Failure {
+    /// What to log: the error and whether it is transient.
+    fn describe(&self, timeout: Duration) -> (String, bool) {
+        match self {
+            Self::Error(e) => (e.to_string(), e.is_transient()),
+            Self::Timeout => (StoreError::Timeout(timeout).to_string(), true),
+            Self::Panicked => ("the store panicked".to_owned(), false),
+            Self::Open => (
+                "circuit breaker open: the store failed repeatedly and is not asked until its \
+                 cool-down ends"
+                    .to_owned(),
+                true,
+            ),
+        }
+    }
+}
+
+/// What asking the store in place came to.
+enum Asked<'a> {
+    /// The store answered (told to the breaker).
+    Answered(Decisions),
+    /// No decision (counted, told to the breaker).
+    Failed(Failure),
+    /// The store must be awaited.
+    Pending(Answer<'a>, Option<Permit<'a>>),
+}
+
+/// What a check decided in place could not finish.
+enum Left {
+    /// The store failed: the fallback store (through its future) or the
+    /// policy decides.
+    Failed(Failure),
+    /// The store answered pending after all: ask again with an owned key.
+    Pending,
+}
+
+impl Limiter {
+    /// One quota (`index` in the limiter's quotas, or `usize::MAX` for a
+    /// quota from [`Limiter::check_quota`]): decided in place when the
+    /// store answers in place, else through a future.
+    pub(super) fn check_one<'a>(
+        &'a self,
+        index: usize,
+        quota: &'a Quota,
+        caller: &[u8],
+        cost: u64,
+    ) -> Check<'a> {
+        let inner = &*self.inner;
+        let span = telemetry::span(&inner.namespace);
+        let left = if inner.in_process.load(Ordering::Relaxed) {
+            let key = KeyBuf::new(&inner.namespace, caller);
+            match self.one_in_place(index, quota, key.as_slice(), cost, &span) {
+                Ok(d) => return Check::ready(d),
+                Err(left) => left,
+            }
+        } else {
+            Left::Pending
+        };
+        let key = KeyBuf::owned(&inner.namespace, caller);
+        Check::pending(
+            async move {
+                match left {
+                    Left::Failed(failure) => {
+                        self.after_failure(index, quota, &key, cost, failure).await
+                    }
+                    Left::Pending => self.one_async(index, quota, &key, cost).await,
+                }
+            }
+            .instrument(span),
+        )
+    }
+
+    /// [`Limiter::one_async`] for a store that answers in place, in `span`:
+    /// the same deny cache, breaker, panic guard, counters, shadow handling
+    /// and telemetry, with no future. What it cannot finish without waiting
+    /// it hands back.
+    #[inline]
+    fn one_in_place(
+        &self,
+        index: usize,
+        quota: &Quota,
+        key: &[u8],
+        cost: u64,
+        span: &tracing::Span,
+    ) -> Result<Decision, Left> {
+        let inner = &*self.inner;
+        let _entered = (!span.is_disabled()).then(|| span.enter());
+        let shadow = inner.shadow.get(index).copied().unwrap_or(false);
+        let now = self.now_if_needed();
+        #[cfg(feature = "deny-cache")]
+        if !shadow {
+            if let Some(d) = self.cached_denial(index, quota, key, cost, now) {
+                self.count_in(&d, quota, span);
+                return Ok(d);
+            }
+        }
+        let charges = [Charge {
+            quota,
+            cost,
+            shadow: false,
+        }];
+        match self.ask_now(key, &charges, now) {
+            Asked::Answered(decisions) => match first(decisions) {
+                Ok(mut d) => {
+                    self.accept(index, quota, key, cost, shadow, now, &mut d);
+                    self.count_in(&d, quota, span);
+                    Ok(d)
+                }
+                Err(e) => Err(Left::Failed(Failure::Error(e))),
+            },
+            Asked::Failed(failure) => match self.fallback_one_in_place(index, quota, key, cost) {
+                Some(d) => {
+                    self.fail(quota, &failure);
+                    self.count_in(&d, quota, span);
+                    Ok(d)
+                }
+                None => Err(Left::Failed(failure)),
+            },
+            Asked::Pending(answer, permit) => {
+                // Told it answers in place, it did not: from now on this
+                // limiter takes the async path at once. The answer was
+                // never polled (dropping the permit frees a probe's slot).
+                drop((answer, permit));
+                inner.in_process.store(false, Ordering::Relaxed);
+                Err(Left::Pending)
+            }
+        }
+    }
+
+    /// One quota through the store's future.
+    async fn one_async(&self, index: usize, quota: &Quota, key: &[u8], cost: u64) -> Decision {
+        let inner = &*self.inner;
+        let shadow = inner.shadow.get(index).copied().unwrap_or(false);
+        let now = self.now_if_needed();
+        #[cfg(feature = "deny-cache")]
+        if !shadow {
+            if let Some(d) = self.cached_denial(index, quota, key, cost, now) {
+                self.count(&d, quota);
+                return d;
+            }
+        }
+        let charges = [Charge {
+            quota,
+            cost,
+            shadow: false,
+        }];
+        match self
+            .ask(key, &charges, now)
+            .await
+            .and_then(|ds| first(ds).map_err(|e| self.failed(Failure::Error(e), None)))
+        {
+            Ok(mut d) => {
+                self.accept(index, quota, key, cost, shadow, now, &mut d);
+                self.count(&d, quota);
+                d
+            }
+            Err(failure) => self.after_failure(index, quota, key, cost, failure).await,
+        }
+    }
+
+    /// Several quotas, all or nothing, in one store request.
+    pub(super) async fn decide_many(&self, key: &[u8], costs: &[u64]) -> Verdict {
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        #[cfg(feature = "deny-cache")]
+        if let Some(v) = self.cached_verdict(key, costs, now) {
+            return v;
+        }
+        let charges: SmallVec<[Charge<'_>; 4]> = inner
+            .quotas
+            .iter()
+            .zip(costs)
+            .zip(&inner.shadow)
+            .map(|((quota, &cost), &shadow)| Charge {
+                quota,
+                cost,
+                shadow,
+            })
+            .collect();
+        let verdict = match self.ask(key, &charges, now).await {
+            Ok(decisions) => {
+                #[cfg(feature = "deny-cache")]
+                for (i, d) in decisions.iter().enumerate() {
+                    if !inner.shadow[i] {
+                        self.remember_denial(i, key, costs[i], d, now);
+                    }
+                }
+                self.combine(decisions.into_vec())
+            }
+            Err(failure) => {
+                let binding = &inner.quotas[0];
+                self.fail(binding, &failure);
+                match self.fallback_many(key, costs).await {
+                    Some(v) => v,
+                    None => {
+                        let decisions = inner.quotas.iter().map(|q| self.by_policy(q)).collect();
+                        self.combine(decisions)
+                    }
+                }
+            }
+        };
+        self.count(&verdict.decision, &inner.quotas[verdict.binding]);
+        verdict
+    }
+
+    /// The clock time, read only when something uses it (the circuit
+    /// breaker, the deny cache); 0 otherwise.
+    #[inline]
+    fn now_if_needed(&self) -> Micros {
+        let inner = &*self.inner;
+        #[cfg(feature = "deny-cache")]
+        let cache = inner.deny_cache.is_some();
+        #[cfg(not(feature = "deny-cache"))]
+        let cache = false;
+        if inner.breaker.is_some() || cache {
+            inner.clock.now()
+        } else {
+            0
+        }
+    }
+
+    /// Asks the store through its one door, in place: through the breaker
+    /// and the panic guard, with the limiter's timeout as the deadline. A
+    /// ready answer is settled here; a pending one is handed back.
+    #[inline]
+    fn ask_now<'a>(&'a self, key: &'a [u8], charges: &'a [Charge<'a>], now: Micros) -> Asked<'a> {
+        let inner = &*self.inner;
+        let permit = match self.permit(now) {
+            Ok(p) => p,
+            Err(failure) => return Asked::Failed(failure),
+        };
+        let request = Request::new(key, charges).with_deadline(Deadline::within(inner.timeout));
+        let started = telemetry::Started::now();
+        let store = &*inner.store;
+        let answer = match std::panic::catch_unwind(AssertUnwindSafe(|| store.decide(request))) {
+            Ok(answer) => answer,
+            Err(_) => return Asked::Failed(self.failed(Failure::Panicked, permit)),
+        };
+        match answer.into_ready() {
+            Ok(result) => {
+                started.record(&inner.labels);
+                match self.settle(Guard::Done(result), permit, charges.len()) {
+                    Ok(d) => Asked::Answered(d),
+                    Err(f) => Asked::Failed(f),
+                }
+            }
+            Err(pending) => Asked::Pending(pending, permit),
+        }
+    }
+
+    /// Asks the store and waits for its answer (within the timeout).
+    async fn ask<'a>(
+        &'a self,
+        key: &'a [u8],
+        charges: &'a [Charge<'a>],
+        now: Micros,
+    ) -> Result<Decisions, Failure> {
+        match self.ask_now(key, charges, now) {
+            Asked::Answered(d) => Ok(d),
+            Asked::Failed(f) => Err(f),
+            Asked::Pending(answer, permit) => {
+                let inner = &*self.inner;
+                let started = telemetry::Started::now();
+                let outcome = Guarded {
+                    call: answer,
+                    sleep: None,
+                    timer: &*inner.timer,
+                    timeout: inner.timeout,
+                }
+                .await;
+                started.record(&inner.labels);
+                self.settle(outcome, permit, charges.len())
+            }
+        }
+    }
+
+    /// The circuit breaker's word on a store request at `now`: go (with a
+    /// probe's slot when half open), or, when open, the short circuit,
+    /// counted.
+    #[inline]
+    fn permit(&self, now: Micros) -> Result<Option<Permit<'_>>, Failure> {
+        let inner = &*self.inner;
+        match &inner.breaker {
+            Some(b) => match b.permit(now) {
+                Permit::Open => {
+                    bump(&inner.counters.local().short_circuits);
+                    telemetry::short_circuit(&inner.labels);
+                    Err(Failure::Open)
+                }
+                p => Ok(Some(p)),
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// How a store request ended, counted, recorded and told to the
+    /// breaker. An answer without one decision per charge is an error.
+    #[inline]
+    fn settle(
+        &self,
+        outcome: Guard<StoreResult<Decisions>>,
+        permit: Option<Permit<'_>>,
+        charges: usize,
+    ) -> Result<Decisions, Failure> {
+        match outcome {
+            Guard::Done(Ok(v)) if v.len() == charges => {
+                self.answered(permit);
+                Ok(v)
+            }
+            Guard::Done(Ok(v)) => Err(self.failed(
+                Failure::Error(StoreError::message(
+                    format!(
+                        "the store answered {} decisions for {charges} charges",
+                        v.len()
+                    ),
+                    false,
+                )),
+                permit,
+            )),
+            Guard::Done(Err(e)) => Err(self.failed(Failure::Error(e), permit)),
+            Guard::Panicked => Err(self.failed(Failure::Panicked, permit)),
+            Guard::TimedOut => Err(self.failed(Failure::Timeout, permit)),
+        }
+    }
+
+    /// A store request answered: the breaker closes if it was open.
+    #[inline]
+    fn answered(&self, permit: Option<Permit<'_>>) {
+        let inner = &*self.inner;
+        if let Some(b) = &inner.breaker {
+            if b.success() {
+                tracing::info!(namespace = %inner.namespace, "rate-limit store answers again: circuit breaker closed");
+                telemetry::breaker(&inner.labels, false);
+            }
+        }
+        drop(permit);
+    }
+
+    /// A store request failed (an error, a panic, a timeout): counted,
+    /// recorded, and told to the breaker.
+    #[cold]
+    fn failed(&self, failure: Failure, permit: Option<Permit<'_>>) -> Failure {
+        let inner = &*self.inner;
+        let probe = matches!(permit, Some(Permit::Probe(_)));
+        let (counter, kind) = match failure {
+            Failure::Error(_) => (&inner.counters.local().errors, "error"),
+            Failure::Panicked => (&inner.counters.local().errors, "panic"),
+            Failure::Timeout => (&inner.counters.local().timeouts, "timeout"),
+            // A short circuit: counted by `permit`, the store was not asked.
+            Failure::Open => return failure,
+        };
+        bump(counter);
+        telemetry::store_failure(&inner.labels, kind);
+        if let Some(b) = &inner.breaker {
+            if b.failure(inner.clock.now(), probe) {
+                tracing::warn!(namespace = %inner.namespace, probe, "rate-limit store failing: circuit breaker open");
+                telemetry::breaker(&inner.labels, true);
+            }
+        }
+        drop(permit);
+        failure
+    }
+
+    /// A store decision for one quota: remembered by the deny cache, and
+    /// admitted if only a shadow quota denies it (in place).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn accept(
+        &self,
+        index: usize,
+        quota: &Quota,
+        key: &[u8],
+        cost: u64,
+        shadow: bool,
+        now: Micros,
+        d: &mut Decision,
+    ) {
+        #[cfg(feature = "deny-cache")]
+        if !shadow {
+            self.remember_denial(index, key, cost, d, now);
+        }
+        #[cfg(not(feature = "deny-cache"))]
+        let _ = (index, key, cost, now);
+        if shadow && !d.allowed {
+            self.shadow_denied(quota);
+            d.allowed = true;
+            d.retry_after = None;
+            d.source = Source::Shadow;
+        }
+    }
+
+    /// One quota whose store request failed (or was short-circuited):
+    /// logged, then decided by the fallback store or the failure policy,
+    /// counted.
+    async fn after_failure(
+        &self,
+        index: usize,
+        quota: &Quota,
+        key: &[u8],
+        cost: u64,
+        failure: Failure,
+    ) -> Decision {
+        self.fail(quota, &failure);
+        let d = match self.fallback_one(index, quota, key, cost).await {
+            Some(d) => d,
+            None => self.by_policy(quota),
+        };
+        self.count(&d, quota);
+        d
+    }
+
+    /// The fallback store's quota for quota `index` (or `quota` divided, for
+    /// a quota from [`Limiter::check_quota`]), and the cost capped to it.
+    fn divided(&self, index: usize, quota: &Quota, cost: u64) -> Option<(Quota, u64)> {
+        let fb = self.inner.fallback.as_ref()?;
+        let divided = match fb.quotas.get(index) {
+            Some(q) => q.clone(),
+            None => quota.divided(fb.instances).ok()?,
+        };
+        let cost = cost.min(divided.limit());
+        Some((divided, cost))
+    }
+
+    /// The fallback store's decision, when it answers in place.
+    fn fallback_one_in_place(
+        &self,
+        index: usize,
+        quota: &Quota,
+        key: &[u8],
+        cost: u64,
+    ) -> Option<Decision> {
+        let fb = self.inner.fallback.as_ref()?;
+        let (divided, cost) = self.divided(index, quota, cost)?;
+        let charges = [Charge::new(&divided, cost)];
+        let answer = fb.store.decide(Request::new(key, &charges));
+        let mut d = first(answer.into_ready().ok()?.ok()?).ok()?;
+        d.source = Source::Fallback;
+        Some(d)
+    }
+
+    async fn fallback_one(
+        &self,
+        index: usize,
+        quota: &Quota,
+        key: &[u8],
+        cost: u64,
+    ) -> Option<Decision> {
+        let fb = self.inner.fallback.as_ref()?;
+        let (divided, cost) = self.divided(index, quota, cost)?;
+        let charges = [Charge::new(&divided, cost)];
+        let answer = fb.store.decide(Request::new(key, &charges));
+        let mut d = first(answer.await.ok()?).ok()?;
+        d.source = Source::Fallback;
+        Some(d)
+    }
+
+    async fn fallback_many(&self, key: &[u8], costs: &[u64]) -> Option<Verdict> {
+        let inner = &*self.inner;
+        let fb = inner.fallback.as_ref()?;
+        let charges: SmallVec<[Charge<'_>; 4]> = fb
+            .quotas
+            .iter()
+            .zip(costs)
+            .zip(&inner.shadow)
+            .map(|((quota, &cost), &shadow)| Charge {
+                quota,
+                cost: cost.min(quota.limit()),
+                shadow,
+            })
+            .collect();
+        let decisions = fb.store.decide(Request::new(key, &charges)).await.ok()?;
+        if decisions.len() != charges.len() {
+            return None;
+        }
+        let mut decisions = decisions.into_vec();
+        for d in &mut decisions {
+            d.source = Source::Fallback;
+        }
+        Some(self.combine(decisions))
+    }
+
+    /// Combines per-quota decisions: admitted iff every enforced quota
+    /// admits; the binding quota is the denying one with the longest wait,
+    /// or the admitting one with the least remaining relative to its limit.
+    pub(super) fn combine(&self, decisions: Vec<Decision>) -> Verdict {
+        let inner = &*self.inner;
+        let enforced = |i: &usize| !inner.shadow[*i];
+        let all: Vec<usize> = (0..decisions.len()).collect();
+        let admitted = all
+            .iter()
+            .filter(|i| enforced(i))
+            .all(|&i| decisions[i].allowed);
+        let candidates: Vec<usize> = {
+            let e: Vec<usize> = all.iter().copied().filter(enforced).collect();
+            if e.is_empty() { all.clone() } else { e }
+        };
+        let binding = if admitted {
+            // The least remaining relative to its limit (a/b < c/d iff
+            // a·d < c·b); the first on a tie.
+            candidates
+                .iter()
+                .copied()
+                .reduce(|best, i| {
+                    let (b, d) = (&decisions[best], &decisions[i]);
+                    let lhs = u128::from(d.remaining) * u128::from(b.limit.max(1));
+                    let rhs = u128::from(b.remaining) * u128::from(d.limit.max(1));
+                    if lhs < rhs { i } else { best }
+                })
+                .unwrap_or(0)
+        } else {
+            candidates
+                .iter()
+                .copied()
+                .filter(|&i| !decisions[i].allowed)
+                .max_by_key(|&i| decisions[i].retry_after)
+                .unwrap_or(0)
+        };
+        let mut decision = decisions[binding].clone();
+        decision.allowed = admitted;
+        if admitted {
+            decision.retry_after = None;
+            let shadowed: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|&i| inner.shadow[i] && !decisions[i].allowed)
+                .collect();
+            for &i in &shadowed {
+                self.shadow_denied(&inner.quotas[i]);
+            }
+            if !shadowed.is_empty() && decision.source == Source::Store {
+                decision.source = Source::Shadow;
+            }
+        }
+        Verdict {
+            decision,
+            binding,
+            quotas: decisions,
+        }
+    }
+
+    fn by_policy(&self, quota: &Quota) -> Decision {
+        Decision::from_policy(self.inner.policy == FailurePolicy::FailOpen, quota.limit())
+    }
+
+    /// Logs a store failure: at most one warning per second per limiter (an
+    /// outage at API traffic rates must not flood the logs; the counters see
+    /// every one).
+    fn fail(&self, quota: &Quota, failure: &Failure) {
+        let inner = &*self.inner;
+        let (error, transient) = failure.describe(inner.timeout);
+        let now = inner.clock.now();
+        let last = inner.last_warning.load(Ordering::Relaxed);
+        let open = inner.policy == FailurePolicy::FailOpen;
+        if !matches!(failure, Failure::Open)
+            && now.saturating_sub(last) >= 1_000_000
+            && inner
+                .last_warning
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let stats = self.stats();
+            tracing::warn!(
+                namespace = %inner.namespace,
+                policy = quota.name(),
+                error = %error,
+                transient,
+                fail_open = open,
+                fallback = inner.fallback.is_some(),
+                errors = stats.errors,
+                timeouts = stats.timeouts,
+                "rate-limit store failed; deciding by fallback or failure policy (logged at most once a second)"
+            );
+        } else {
+            tracing::debug!(namespace = %inner.namespace, policy = quota.name(), error = %error, "rate-limit store failed");
+        }
+    }
+
+    /// A shadow quota would have denied: counted, and logged at most once a
+    /// second per limiter.
+    fn shadow_denied(&self, quota: &Quota) {
+        let inner = &*self.inner;
+        bump(&inner.counters.local().shadow_denials);
+        telemetry::shadow_denial(&inner.labels, quota);
+        let now = inner.clock.now();
+        let last = inner.last_shadow_log.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= 1_000_000
+            && inner
+                .last_shadow_log
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::info!(
+                namespace = %inner.namespace,
+                policy = quota.name(),
+                would_deny = inner.counters.sum(|s| &s.shadow_denials),
+                "shadow quota would have denied a call (admitted; logged at most once a second)"
+            );
+        }
+    }
+
+    /// Counts the decision in the stats, metrics and the current span.
+    fn count(&self, d: &Decision, quota: &Quota) {
+        self.count_in(d, quota, &tracing::Span::current());
+    }
+
+    /// Counts the decision in the stats, metrics and `span`.
+    #[inline]
+    fn count_in(&self, d: &Decision, quota: &Quota, span: &tracing::Span) {
+        let c = self.inner.counters.local();
+        bump(match d.source {
+            Source::Store | Source::Shadow if d.allowed => &c.allowed,
+            Source::Store | Source::Shadow => &c.denied,
+            Source::FailOpen => &c.fail_open,
+            Source::FailClosed => &c.fail_closed,
+            Source::Fallback => &c.fallback,
+            Source::Cache => &c.cache_hits,
+        });
+        telemetry::decision(&self.inner.labels, quota, d, span);
+    }
+
+    #[cfg(feature = "deny-cache")]
+    fn cached_denial(
+        &self,
+        index: usize,
+        quota: &Quota,
+        key: &[u8],
+        cost: u64,
+        now: Micros,
+    ) -> Option<Decision> {
+        let inner = &*self.inner;
+        let cache = inner.deny_cache.as_ref()?;
+        let fp = *inner.fingerprints.get(index)?;
+        let until = cache.denied_until(key, fp, cost, now)?;
+        telemetry::cache_hit(&inner.labels, quota);
+        Some(Decision {
+            allowed: false,
+            limit: quota.limit(),
+            remaining: 0,
+            reset_after: Duration::ZERO,
+            retry_after: Some(Duration::from_micros(until - now)),
+            source: Source::Cache,
+        })
+    }
+
+    #[cfg(feature = "deny-cache")]
+    fn cached_verdict(&self, key: &[u8], costs: &[u64], now: Micros) -> Option<Verdict> {
+        let inner = &*self.inner;
+        inner.deny_cache.as_ref()?;
+        let (binding, d) = inner
+            .quotas
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !inner.shadow[*i])
+            .filter_map(|(i, q)| Some((i, self.cached_denial(i, q, key, costs[i], now)?)))
+            .max_by_key(|(_, d)| d.retry_after)?;
+        let quotas = inner
+            .quotas
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                if i == binding {
+                    d.clone()
+                } else {
+                    Decision {
+                        source: Source::Cache,
+                        ..Decision::from_policy(true, q.limit())
+                    }
+                }
+            })
+            .collect();
+        self.count(&d, &inner.quotas[binding]);
+        Some(Verdict {
+            decision: d,
+            binding,
+            quotas,
+        })
+    }
+
+    #[cfg(feature = "deny-cache")]
+    fn remember_denial(&self, index: usize, key: &[u8], cost: u64, d: &Decision, sent: Micros) {
+        let inner = &*self.inner;
+        let (Some(cache), Some(&fp)) = (inner.deny_cache.as_ref(), inner.fingerprints.get(index))
+        else {
+            return;
+        };
+        if let (false, Source::Store, Some(retry)) = (d.allowed, d.source, d.retry_after) {
+            cache.remember(key, fp, cost, sent, retry);
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! How the suite asks a store: through its one door, [`Store::decide`], as
+//! the [`ratelimit_core::Limiter`] does (a relative deadline, a ready
+//! answer taken in place, a pending one awaited), checking what every
+//! answer must be: one decision per charge, and ready when the store says
+//! it answers in process.
+
+use std::time::Duration;
+
+use ratelimit_core::model::Charge;
+use ratelimit_core::store::{Deadline, Decisions, Request};
+use ratelimit_core::{Decision, Quota, Store};
+
+/// The deadline the suite gives every ordinary request: relative, as the
+/// limiter gives its timeout, and long enough never to pass in a test.
+pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Asks `store` for `charges` on `key`, as the limiter does. `Err` holds
+/// what went wrong: the store's error, or a broken rule of the door.
+pub(crate) async fn ask(
+    store: &dyn Store,
+    key: &[u8],
+    charges: &[Charge<'_>],
+) -> Result<Decisions, String> {
+    ask_before(store, key, charges, Deadline::within(DEADLINE)).await
+}
+
+/// [`ask`] with the given deadline.
+pub(crate) async fn ask_before(
+    store: &dyn Store,
+    key: &[u8],
+    charges: &[Charge<'_>],
+    deadline: Deadline,
+) -> Result<Decisions, String> {
+    let request = Request::new(key, charges).with_deadline(deadline);
+    let result = match store.decide(request).into_ready() {
+        Ok(result) => result,
+        Err(pending) => {
+            if store.capabilities().in_process {
+                return Err(
+                    "the store reports that it answers in process (Capabilities::in_process) but \
+                     answered pending"
+                        .to_owned(),
+                );
+            }
+            pending.await
+        }
+    };
+    let decisions = result.map_err(|e| format!("the store failed: {e}"))?;
+    if decisions.len() != charges.len() {
+        return Err(format!(
+            "the store answered {} decisions for {} charges (one per charge, all or nothing)",
+            decisions.len(),
+            charges.len()
+        ));
+    }
+    Ok(decisions)
+}
+
+/// One charge of `cost` under `quota`: the single decision.
+pub(crate) async fn ask_one(
+    store: &dyn Store,
+    key: &[u8],
+    quota: &Quota,
+    cost: u64,
+) -> Result<Decision, String> {
+    let charges = [Charge::new(quota, cost)];
+    let decisions = ask(store, key, &charges).await?;
+    decisions
+        .into_first()
+        .ok_or_else(|| "the store answered no decision".to_owned())
+}
