@@ -10,7 +10,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use ratelimit_core::model::Charge;
-use ratelimit_core::store::{Request, first};
+use ratelimit_core::store::Request;
 use ratelimit_core::{Decision, Quota, Store, StoreError};
 
 /// One decision through a store's one door, `dyn Store` included, taken
@@ -26,8 +26,8 @@ pub fn decide_in_place(
     cost: u64,
 ) -> Result<Decision, StoreError> {
     let charges = [Charge::new(quota, cost)];
-    match store.decide(Request::new(key, &charges)).into_ready() {
-        Ok(result) => result.and_then(first),
+    match store.decide(Request::new(key, &charges)).into_single() {
+        Ok(result) => result,
         Err(_) => panic!("the store answered pending: it does not answer in process"),
     }
 }

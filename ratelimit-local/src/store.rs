@@ -610,6 +610,12 @@ impl LocalStore {
 impl Store for LocalStore {
     #[inline]
     fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        if let ([c], false) = (request.charges, request.deadline.has_passed()) {
+            return match self.decide_now(request.key, c.quota, c.cost) {
+                Ok(d) => Answer::decided(d),
+                Err(e) => Answer::ready(Err(e)),
+            };
+        }
         Answer::ready(self.decide_request(request))
     }
 

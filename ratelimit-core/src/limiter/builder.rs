@@ -210,6 +210,7 @@ impl LimiterBuilder {
                 quotas: self.quotas,
                 shadow: self.shadow,
                 fingerprints,
+                prefix: super::Prefix::new(&self.namespace),
                 namespace: self.namespace,
                 policy: self.policy,
                 timeout: self.timeout,
@@ -219,7 +220,13 @@ impl LimiterBuilder {
                 in_process: std::sync::atomic::AtomicBool::new(capabilities.in_process),
                 last_warning: AtomicU64::new(0),
                 last_shadow_log: AtomicU64::new(0),
-                breaker: self.breaker.map(Breaker::new),
+                // An in-process store is never unavailable: its failures are
+                // bugs or bad input, which a breaker would only hide.
+                breaker: if capabilities.in_process {
+                    None
+                } else {
+                    self.breaker.map(Breaker::new)
+                },
                 fallback,
                 #[cfg(feature = "deny-cache")]
                 deny_cache: self.deny_cache.map(deny_cache::Cache::new),

@@ -11,7 +11,7 @@ use crate::decision::Decision;
 use super::NAMESPACE_SEPARATOR;
 
 /// Store keys up to this many bytes are built without an allocation.
-pub(crate) const INLINE_KEY: usize = 128;
+pub(crate) const INLINE_KEY: usize = 96;
 
 /// The future of [`super::Limiter::check`]: a decision that was ready when
 /// `check` was called (an in-process store: no allocation, nothing left to
@@ -34,6 +34,21 @@ impl<'a> Check<'a> {
     #[inline]
     pub(crate) fn ready(decision: Decision) -> Self {
         Self(Repr::Ready(Some(decision)))
+    }
+
+    /// No decision yet (to be written in place).
+    #[inline]
+    pub(crate) fn empty() -> Self {
+        Self(Repr::Ready(None))
+    }
+
+    /// The decision held, to adjust in place.
+    #[inline]
+    pub(crate) fn decision_mut(&mut self) -> Option<&mut Decision> {
+        match &mut self.0 {
+            Repr::Ready(d) => d.as_mut(),
+            Repr::Pending(_) => None,
+        }
     }
 
     pub(crate) fn pending(future: impl Future<Output = Decision> + Send + 'a) -> Self {
@@ -76,6 +91,93 @@ impl Future for Check<'_> {
     }
 }
 
+/// The longest namespace prefix: 64 characters and the separator, rounded
+/// up so that it is copied as one fixed-size block.
+const PREFIX_MAX: usize = 72;
+
+/// `namespace ~`, kept in a fixed-size block (the limiter builds it once).
+#[derive(Clone)]
+pub(crate) struct Prefix {
+    bytes: [u8; PREFIX_MAX],
+    len: usize,
+}
+
+impl Prefix {
+    /// `namespace ~` (a namespace of at most 64 bytes: checked by the
+    /// builder).
+    pub(crate) fn new(namespace: &str) -> Self {
+        let ns = namespace.as_bytes();
+        let len = (ns.len() + 1).min(PREFIX_MAX);
+        let mut bytes = [0u8; PREFIX_MAX];
+        bytes[..len - 1].copy_from_slice(&ns[..len - 1]);
+        bytes[len - 1] = NAMESPACE_SEPARATOR;
+        Self { bytes, len }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl fmt::Debug for Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.as_slice()))
+    }
+}
+
+/// Copies `src` into `dst` (of the same length): short slices, the usual
+/// caller ids, as one or two overlapping machine-word moves rather than a
+/// call to `memcpy`.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    match n {
+        0 => {}
+        1 => dst[0] = src[0],
+        2..4 => {
+            if let (Some(a), Some(b)) = (src.first_chunk::<2>(), src.last_chunk::<2>()) {
+                dst[..2].copy_from_slice(a);
+                dst[n - 2..].copy_from_slice(b);
+            }
+        }
+        4..8 => {
+            if let (Some(a), Some(b)) = (src.first_chunk::<4>(), src.last_chunk::<4>()) {
+                dst[..4].copy_from_slice(a);
+                dst[n - 4..].copy_from_slice(b);
+            }
+        }
+        8..=16 => {
+            if let (Some(a), Some(b)) = (src.first_chunk::<8>(), src.last_chunk::<8>()) {
+                dst[..8].copy_from_slice(a);
+                dst[n - 8..].copy_from_slice(b);
+            }
+        }
+        17..=32 => {
+            if let (Some(a), Some(b)) = (src.first_chunk::<16>(), src.last_chunk::<16>()) {
+                dst[..16].copy_from_slice(a);
+                dst[n - 16..].copy_from_slice(b);
+            }
+        }
+        _ => dst.copy_from_slice(src),
+    }
+}
+
+/// `namespace ~ caller` written into `buf`, if it fits.
+#[inline(always)]
+pub(crate) fn key_in<'b>(
+    prefix: &Prefix,
+    caller: &[u8],
+    buf: &'b mut [u8; INLINE_KEY],
+) -> Option<&'b [u8]> {
+    let len = prefix.len + caller.len();
+    if len > INLINE_KEY {
+        return None;
+    }
+    copy_short(buf.get_mut(..prefix.len)?, prefix.as_slice());
+    copy_short(buf.get_mut(prefix.len..len)?, caller);
+    buf.get(..len)
+}
+
 /// `namespace ~ caller`: inline for the common short key, else on the heap.
 pub(crate) enum KeyBuf {
     Inline { buf: [u8; INLINE_KEY], len: usize },
@@ -84,23 +186,23 @@ pub(crate) enum KeyBuf {
 
 impl KeyBuf {
     #[inline]
-    pub(crate) fn new(namespace: &str, caller: &[u8]) -> Self {
-        let ns = namespace.as_bytes();
-        let len = ns.len() + 1 + caller.len();
+    pub(crate) fn new(prefix: &Prefix, caller: &[u8]) -> Self {
+        let len = prefix.len + caller.len();
         if len <= INLINE_KEY {
             let mut buf = [0u8; INLINE_KEY];
-            buf[..ns.len()].copy_from_slice(ns);
-            buf[ns.len()] = NAMESPACE_SEPARATOR;
-            buf[ns.len() + 1..len].copy_from_slice(caller);
+            if let Some(head) = buf.first_chunk_mut::<PREFIX_MAX>() {
+                *head = prefix.bytes;
+            }
+            copy_short(&mut buf[prefix.len..len], caller);
             Self::Inline { buf, len }
         } else {
-            Self::Heap([ns, &[NAMESPACE_SEPARATOR], caller].concat())
+            Self::Heap([prefix.as_slice(), caller].concat())
         }
     }
 
     /// The key on the heap (for a future that outlives the caller's bytes).
-    pub(crate) fn owned(namespace: &str, caller: &[u8]) -> Vec<u8> {
-        [namespace.as_bytes(), &[NAMESPACE_SEPARATOR], caller].concat()
+    pub(crate) fn owned(prefix: &Prefix, caller: &[u8]) -> Vec<u8> {
+        [prefix.as_slice(), caller].concat()
     }
 
     #[inline]

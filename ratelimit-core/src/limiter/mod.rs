@@ -41,6 +41,7 @@ use tracing::Instrument;
 
 use breaker::Breaker;
 use check::KeyBuf;
+pub(crate) use check::Prefix;
 use stats::Counters;
 
 /// The byte between a limiter's namespace and the caller in store keys: `~`.
@@ -123,6 +124,8 @@ struct Inner {
     #[cfg_attr(not(feature = "deny-cache"), allow(dead_code))]
     fingerprints: Vec<u64>,
     namespace: String,
+    /// `namespace ~`, the head of every store key.
+    prefix: check::Prefix,
     policy: FailurePolicy,
     timeout: Duration,
     timer: Arc<dyn Timer>,
@@ -182,7 +185,7 @@ impl Limiter {
         if let [q] = &inner.quotas[..] {
             return self.check_one(0, q, caller, 1);
         }
-        let key = KeyBuf::owned(&inner.namespace, caller);
+        let key = KeyBuf::owned(&inner.prefix, caller);
         Check::pending(async move {
             let costs = vec![1; self.inner.quotas.len()];
             self.decide_many(&key, &costs)
@@ -252,7 +255,7 @@ impl Limiter {
                 quotas: vec![d],
             });
         }
-        let key = KeyBuf::new(&inner.namespace, caller);
+        let key = KeyBuf::new(&inner.prefix, caller);
         Ok(self
             .decide_many(key.as_slice(), costs)
             .instrument(telemetry::span(&inner.namespace))

@@ -18,7 +18,7 @@ use crate::quota::Quota;
 use crate::store::{Answer, Deadline, Decisions, Request, first};
 
 use super::breaker::Permit;
-use super::check::{Check, KeyBuf};
+use super::check::{Check, INLINE_KEY, KeyBuf, key_in};
 use super::stats::bump;
 use super::telemetry;
 use super::timer::{Guard, Guarded};
@@ -81,17 +81,34 @@ impl Limiter {
         cost: u64,
     ) -> Check<'a> {
         let inner = &*self.inner;
-        let span = telemetry::span(&inner.namespace);
-        let left = if inner.in_process.load(Ordering::Relaxed) {
-            let key = KeyBuf::new(&inner.namespace, caller);
-            match self.one_in_place(index, quota, key.as_slice(), cost, &span) {
-                Ok(d) => return Check::ready(d),
-                Err(left) => left,
+        if inner.in_process.load(Ordering::Relaxed) {
+            let mut buf = [0u8; INLINE_KEY];
+            if let Some(key) = key_in(&inner.prefix, caller, &mut buf) {
+                let span = telemetry::span(&inner.namespace);
+                let mut out = Check::empty();
+                return match self.one_in_place(index, quota, key, cost, &span, &mut out) {
+                    None => out,
+                    Some(left) => self.one_later(index, quota, caller, cost, left, span),
+                };
             }
-        } else {
-            Left::Pending
-        };
-        let key = KeyBuf::owned(&inner.namespace, caller);
+        }
+        let span = telemetry::span(&inner.namespace);
+        self.one_later(index, quota, caller, cost, Left::Pending, span)
+    }
+
+    /// What [`Limiter::check_one`] could not decide in place, as a future
+    /// that owns its key.
+    #[inline(never)]
+    fn one_later<'a>(
+        &'a self,
+        index: usize,
+        quota: &'a Quota,
+        caller: &[u8],
+        cost: u64,
+        left: Left,
+        span: tracing::Span,
+    ) -> Check<'a> {
+        let key = KeyBuf::owned(&self.inner.prefix, caller);
         Check::pending(
             async move {
                 match left {
@@ -107,8 +124,8 @@ impl Limiter {
 
     /// [`Limiter::one_async`] for a store that answers in place, in `span`:
     /// the same deny cache, breaker, panic guard, counters, shadow handling
-    /// and telemetry, with no future. What it cannot finish without waiting
-    /// it hands back.
+    /// and telemetry, with no future; the decision is written to `out`.
+    /// What it cannot finish without waiting it hands back.
     #[inline]
     fn one_in_place(
         &self,
@@ -117,7 +134,8 @@ impl Limiter {
         key: &[u8],
         cost: u64,
         span: &tracing::Span,
-    ) -> Result<Decision, Left> {
+        out: &mut Check<'_>,
+    ) -> Option<Left> {
         let inner = &*self.inner;
         let _entered = (!span.is_disabled()).then(|| span.enter());
         let shadow = inner.shadow.get(index).copied().unwrap_or(false);
@@ -126,39 +144,76 @@ impl Limiter {
         if !shadow {
             if let Some(d) = self.cached_denial(index, quota, key, cost, now) {
                 self.count_in(&d, quota, span);
-                return Ok(d);
+                *out = Check::ready(d);
+                return None;
             }
         }
+        let permit = match self.permit(now) {
+            Ok(p) => p,
+            Err(failure) => {
+                return self.fallback_in_place(index, quota, key, cost, failure, span, out);
+            }
+        };
         let charges = [Charge {
             quota,
             cost,
             shadow: false,
         }];
-        match self.ask_now(key, &charges, now) {
-            Asked::Answered(decisions) => match first(decisions) {
-                Ok(mut d) => {
-                    self.accept(index, quota, key, cost, shadow, now, &mut d);
-                    self.count_in(&d, quota, span);
-                    Ok(d)
+        let request = Request::new(key, &charges).with_deadline(Deadline::within(inner.timeout));
+        let store = &*inner.store;
+        let started = telemetry::Started::now();
+        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| store.decide(request)));
+        started.record(&inner.labels);
+        let Ok(answer) = answer else {
+            let failure = self.failed(Failure::Panicked, permit);
+            return self.fallback_in_place(index, quota, key, cost, failure, span, out);
+        };
+        let failure = match answer.into_single() {
+            Ok(Ok(d)) => {
+                self.answered(permit);
+                *out = Check::ready(d);
+                if let Some(d) = out.decision_mut() {
+                    self.accept(index, quota, key, cost, shadow, now, d);
+                    self.count_in(d, quota, span);
                 }
-                Err(e) => Err(Left::Failed(Failure::Error(e))),
-            },
-            Asked::Failed(failure) => match self.fallback_one_in_place(index, quota, key, cost) {
-                Some(d) => {
-                    self.fail(quota, &failure);
-                    self.count_in(&d, quota, span);
-                    Ok(d)
-                }
-                None => Err(Left::Failed(failure)),
-            },
-            Asked::Pending(answer, permit) => {
+                return None;
+            }
+            Ok(Err(e)) => Failure::Error(e),
+            Err(pending) => {
                 // Told it answers in place, it did not: from now on this
                 // limiter takes the async path at once. The answer was
                 // never polled (dropping the permit frees a probe's slot).
-                drop((answer, permit));
+                drop((pending, permit));
                 inner.in_process.store(false, Ordering::Relaxed);
-                Err(Left::Pending)
+                return Some(Left::Pending);
             }
+        };
+        let failure = self.failed(failure, permit);
+        self.fallback_in_place(index, quota, key, cost, failure, span, out)
+    }
+
+    /// A failed in-place decision: decided by the fallback store when it
+    /// answers in place, else handed to the async path.
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn fallback_in_place(
+        &self,
+        index: usize,
+        quota: &Quota,
+        key: &[u8],
+        cost: u64,
+        failure: Failure,
+        span: &tracing::Span,
+        out: &mut Check<'_>,
+    ) -> Option<Left> {
+        match self.fallback_one_in_place(index, quota, key, cost) {
+            Some(d) => {
+                self.fail(quota, &failure);
+                self.count_in(&d, quota, span);
+                *out = Check::ready(d);
+                None
+            }
+            None => Some(Left::Failed(failure)),
         }
     }
 

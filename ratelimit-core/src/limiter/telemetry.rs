@@ -87,6 +87,7 @@ fn policy(q: &Quota) -> metrics::SharedString {
 }
 
 /// The span every decision runs in.
+#[inline]
 pub(crate) fn span(namespace: &str) -> tracing::Span {
     tracing::debug_span!(
         "ratelimit.decision",

@@ -6,8 +6,6 @@ use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use smallvec::SmallVec;
-
 use crate::decision::Decision;
 use crate::error::Result;
 
@@ -15,54 +13,99 @@ use crate::error::Result;
 /// single decision without a heap allocation.
 ///
 /// Dereferences to `[Decision]`.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Decisions(SmallVec<[Decision; 1]>);
+#[derive(Clone, PartialEq, Eq)]
+pub struct Decisions(Repr);
+
+#[derive(Clone, PartialEq, Eq)]
+enum Repr {
+    One(Decision),
+    Many(Vec<Decision>),
+}
+
+impl Default for Decisions {
+    fn default() -> Self {
+        Self(Repr::Many(Vec::new()))
+    }
+}
 
 impl Decisions {
     /// No decisions yet, room for `n` without reallocating.
     pub fn with_capacity(n: usize) -> Self {
-        Self(SmallVec::with_capacity(n))
+        Self(Repr::Many(Vec::with_capacity(n)))
     }
 
     /// One decision (no allocation).
+    #[inline]
     pub fn one(decision: Decision) -> Self {
-        let mut v = SmallVec::new();
-        v.push(decision);
-        Self(v)
+        Self(Repr::One(decision))
     }
 
     /// Appends a decision.
     pub fn push(&mut self, decision: Decision) {
-        self.0.push(decision);
+        match &mut self.0 {
+            Repr::Many(v) if v.is_empty() && v.capacity() == 0 => self.0 = Repr::One(decision),
+            Repr::Many(v) => v.push(decision),
+            Repr::One(_) => {
+                let Repr::One(first) = std::mem::replace(&mut self.0, Repr::Many(Vec::new()))
+                else {
+                    return;
+                };
+                self.0 = Repr::Many(vec![first, decision]);
+            }
+        }
     }
 
     /// The decisions as a `Vec`.
     pub fn into_vec(self) -> Vec<Decision> {
-        self.0.into_vec()
+        match self.0 {
+            Repr::One(d) => vec![d],
+            Repr::Many(v) => v,
+        }
+    }
+
+    /// The decision, if there is exactly one; else the decisions back.
+    #[inline]
+    pub fn into_single(self) -> Result<Decision, Self> {
+        match self.0 {
+            Repr::One(d) => Ok(d),
+            Repr::Many(mut v) if v.len() == 1 => v.pop().ok_or(Self::default()),
+            repr => Err(Self(repr)),
+        }
     }
 
     /// The first decision (the only one of a single-charge request), if any.
+    #[inline]
     pub fn into_first(self) -> Option<Decision> {
-        self.0.into_iter().next()
+        match self.0 {
+            Repr::One(d) => Some(d),
+            Repr::Many(v) => v.into_iter().next(),
+        }
     }
 }
 
 impl fmt::Debug for Decisions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.0.iter()).finish()
+        f.debug_list().entries(self.iter()).finish()
     }
 }
 
 impl Deref for Decisions {
     type Target = [Decision];
+    #[inline]
     fn deref(&self) -> &[Decision] {
-        &self.0
+        match &self.0 {
+            Repr::One(d) => std::slice::from_ref(d),
+            Repr::Many(v) => v,
+        }
     }
 }
 
 impl DerefMut for Decisions {
     fn deref_mut(&mut self) -> &mut [Decision] {
-        &mut self.0
+        match &mut self.0 {
+            Repr::One(d) => std::slice::from_mut(d),
+            Repr::Many(v) => v,
+        }
     }
 }
 
@@ -74,21 +117,34 @@ impl From<Decision> for Decisions {
 
 impl From<Vec<Decision>> for Decisions {
     fn from(v: Vec<Decision>) -> Self {
-        Self(SmallVec::from_vec(v))
+        Self(Repr::Many(v))
     }
 }
 
 impl FromIterator<Decision> for Decisions {
     fn from_iter<I: IntoIterator<Item = Decision>>(iter: I) -> Self {
-        Self(iter.into_iter().collect())
+        let mut it = iter.into_iter();
+        let Some(first) = it.next() else {
+            return Self::default();
+        };
+        match it.next() {
+            None => Self::one(first),
+            Some(second) => {
+                let mut v = Vec::with_capacity(2 + it.size_hint().0);
+                v.push(first);
+                v.push(second);
+                v.extend(it);
+                Self(Repr::Many(v))
+            }
+        }
     }
 }
 
 impl IntoIterator for Decisions {
     type Item = Decision;
-    type IntoIter = smallvec::IntoIter<[Decision; 1]>;
+    type IntoIter = std::vec::IntoIter<Decision>;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
+        self.into_vec().into_iter()
     }
 }
 
@@ -96,7 +152,7 @@ impl<'a> IntoIterator for &'a Decisions {
     type Item = &'a Decision;
     type IntoIter = std::slice::Iter<'a, Decision>;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.iter()
     }
 }
 
@@ -124,16 +180,30 @@ pub type Pending<'a> = Pin<Box<dyn Future<Output = Result<Decisions>> + Send + '
 pub struct Answer<'a>(Inner<'a>);
 
 enum Inner<'a> {
-    /// The result, until a poll takes it.
-    Ready(Option<Result<Decisions>>),
+    /// One decision, ready (the in-process single-charge case: nothing
+    /// wrapped around it).
+    One(Decision),
+    /// The result.
+    Ready(Result<Decisions>),
     Pending(Pending<'a>),
+    /// Taken by a poll.
+    Done,
 }
 
 impl<'a> Answer<'a> {
     /// An answer that is ready now.
     #[inline]
     pub fn ready(result: Result<Decisions>) -> Self {
-        Self(Inner::Ready(Some(result)))
+        Self(Inner::Ready(result))
+    }
+
+    /// One decision, ready now: the answer to a single-charge request that
+    /// an in-process store gives (the same as
+    /// `Answer::ready(Ok(Decisions::one(decision)))`, carried without the
+    /// wrapping).
+    #[inline]
+    pub fn decided(decision: Decision) -> Self {
+        Self(Inner::One(decision))
     }
 
     /// An answer to await: `future` is boxed. It should do nothing before
@@ -150,14 +220,33 @@ impl<'a> Answer<'a> {
 
     /// Whether the answer is ready without waiting.
     pub fn is_ready(&self) -> bool {
-        matches!(self.0, Inner::Ready(Some(_)))
+        matches!(self.0, Inner::One(_) | Inner::Ready(_))
     }
 
     /// The result if it is ready, else the answer itself, to await.
     #[inline]
     pub fn into_ready(self) -> std::result::Result<Result<Decisions>, Self> {
         match self.0 {
-            Inner::Ready(Some(r)) => Ok(r),
+            Inner::One(d) => Ok(Ok(Decisions::one(d))),
+            Inner::Ready(r) => Ok(r),
+            inner => Err(Self(inner)),
+        }
+    }
+
+    /// Taken apart for a single-charge request: the one decision if it is
+    /// ready (`Ok(Ok(d))`), a ready error or a ready answer without exactly
+    /// one decision (`Ok(Err(e))`), or the answer itself, to await.
+    #[inline]
+    pub fn into_single(self) -> std::result::Result<Result<Decision>, Self> {
+        match self.0 {
+            Inner::One(d) => Ok(Ok(d)),
+            Inner::Ready(Ok(ds)) => Ok(ds.into_single().map_err(|ds| {
+                crate::error::StoreError::message(
+                    format!("the store answered {} decisions for 1 charge", ds.len()),
+                    false,
+                )
+            })),
+            Inner::Ready(Err(e)) => Ok(Err(e)),
             inner => Err(Self(inner)),
         }
     }
@@ -166,9 +255,10 @@ impl<'a> Answer<'a> {
 impl fmt::Debug for Answer<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            Inner::Ready(Some(r)) => f.debug_tuple("Ready").field(r).finish(),
-            Inner::Ready(None) => f.write_str("Taken"),
+            Inner::One(d) => f.debug_tuple("Decided").field(d).finish(),
+            Inner::Ready(r) => f.debug_tuple("Ready").field(r).finish(),
             Inner::Pending(_) => f.write_str("Pending"),
+            Inner::Done => f.write_str("Done"),
         }
     }
 }
@@ -178,14 +268,15 @@ impl Future for Answer<'_> {
 
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.0 {
-            Inner::Ready(r) => match r.take() {
-                Some(r) => Poll::Ready(r),
-                // Polled again after completion: the contract of `Future`
-                // allows anything but undefined behaviour; never wake.
-                None => Poll::Pending,
-            },
-            Inner::Pending(f) => f.as_mut().poll(cx),
+        if let Inner::Pending(f) = &mut self.0 {
+            return f.as_mut().poll(cx);
+        }
+        match std::mem::replace(&mut self.0, Inner::Done) {
+            Inner::One(d) => Poll::Ready(Ok(Decisions::one(d))),
+            Inner::Ready(r) => Poll::Ready(r),
+            // Polled again after completion: the contract of `Future`
+            // allows anything but undefined behaviour; never wake.
+            _ => Poll::Pending,
         }
     }
 }
