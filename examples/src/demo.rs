@@ -158,12 +158,15 @@ pub async fn run(
     quota: &Quota,
     namespace: &str,
 ) -> Row {
+    // Every decision must come from the store: a failure shows up as a
+    // fail-closed denial, which the table would count.
     let limiter = Limiter::builder_arc(store)
         .quota(quota.clone())
         .namespace(namespace)
         .expect("valid namespace")
         .clock(clock.clone())
         .timeout(Duration::from_secs(2))
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .build()
         .expect("valid limiter");
     let mut queue: Vec<(Request, u32)> = scenario.initial().into_iter().map(|r| (r, 0)).collect();

@@ -181,6 +181,8 @@ impl ClusterStoreBuilder {
         // carries a deadline too (see `ratelimit_redis::deadline`).
         crate::connection::learn_clocks(&connection, engine.server_clock()).await;
         let store = ClusterStore::with_engine(Backend::Redis(connection), engine);
+        // The failure domains: which master serves each slot.
+        store.router.refresh_slots().await;
         if self.load_scripts {
             store.load_scripts().await?;
         }

@@ -68,6 +68,67 @@ impl Backend {
         }
     }
 
+    /// Each slot range and its master (`host:port`), as the cluster says
+    /// now (`None` when it cannot be read).
+    pub(crate) async fn slot_ranges(&self) -> Option<Vec<(u16, u16, String)>> {
+        match self {
+            Self::Redis(conn) => {
+                let mut conn = conn.clone();
+                let slots = conn
+                    .route_command(
+                        redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                        redis::cluster_routing::RoutingInfo::SingleNode(
+                            SingleNodeRoutingInfo::Random,
+                        ),
+                    )
+                    .await
+                    .ok()?;
+                let ranges = redis::from_redis_value::<Vec<Vec<Value>>>(slots).ok()?;
+                Some(
+                    ranges
+                        .iter()
+                        .filter_map(|r| {
+                            let (Some(Value::Int(start)), Some(Value::Int(end))) =
+                                (r.first(), r.get(1))
+                            else {
+                                return None;
+                            };
+                            let master =
+                                redis::from_redis_value::<Vec<Value>>(r.get(2)?.clone()).ok()?;
+                            let host =
+                                redis::from_redis_value::<String>(master.first()?.clone()).ok()?;
+                            let port =
+                                redis::from_redis_value::<u16>(master.get(1)?.clone()).ok()?;
+                            Some((
+                                u16::try_from(*start).ok()?,
+                                u16::try_from(*end).ok()?,
+                                format!("{host}:{port}"),
+                            ))
+                        })
+                        .collect(),
+                )
+            }
+            #[cfg(feature = "fred")]
+            Self::Fred(client) => {
+                use fred::interfaces::ClusterInterface;
+                let state = client.cached_cluster_state()?;
+                Some(
+                    state
+                        .slots()
+                        .iter()
+                        .map(|r| {
+                            (
+                                r.start,
+                                r.end,
+                                format!("{}:{}", r.primary.host, r.primary.port),
+                            )
+                        })
+                        .collect(),
+                )
+            }
+        }
+    }
+
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Self::Redis(_) => "redis-rs",

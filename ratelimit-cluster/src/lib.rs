@@ -6,6 +6,7 @@ mod connection;
 #[cfg(feature = "fred")]
 mod fred;
 pub mod retry;
+mod slots;
 mod stats;
 mod store;
 

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use crate::connection::Backend;
 use crate::retry::{self, Addr, MAX_ATTEMPTS, MAX_RETRIES, Next, Route};
+use crate::slots::SlotMap;
 use crate::stats::{ClusterStats, Counters, bump};
 
 /// Default bound on one whole decision, redirects and retries included: 200 ms.
@@ -53,7 +54,7 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(200);
 /// never counted later, whichever node runs it.
 #[derive(Clone)]
 pub struct ClusterStore {
-    pub(crate) router: Router,
+    pub(crate) router: Arc<Router>,
     pub(crate) engine: Engine,
 }
 
@@ -62,6 +63,17 @@ pub struct ClusterStore {
 pub(crate) struct Router {
     pub(crate) backend: Backend,
     pub(crate) counters: Arc<Counters>,
+    /// Which master serves each slot: the calls' failure domains.
+    pub(crate) slots: Arc<SlotMap>,
+}
+
+impl Router {
+    /// Reads the slot map from the cluster now.
+    pub(crate) async fn refresh_slots(&self) {
+        if let Some(ranges) = self.backend.slot_ranges().await {
+            self.slots.set_ranges(&ranges);
+        }
+    }
 }
 
 impl fmt::Debug for ClusterStore {
@@ -83,10 +95,11 @@ impl ClusterStore {
 
     pub(crate) fn with_engine(backend: Backend, engine: Engine) -> Self {
         Self {
-            router: Router {
+            router: Arc::new(Router {
                 backend,
                 counters: Arc::default(),
-            },
+                slots: Arc::default(),
+            }),
             engine,
         }
     }
@@ -172,7 +185,24 @@ impl ClusterStore {
 
 #[async_trait]
 impl Transport for Router {
-    async fn eval(&self, call: &Call, deadline: Instant) -> Result<Vec<i64>, StoreError> {
+    /// The master of the call's slot, as the store's slot map says;
+    /// refreshes the map in the background when due.
+    fn domain(&self, call: &Call) -> Arc<str> {
+        if self.slots.claim_refresh() {
+            let router = self.clone();
+            tokio::spawn(async move {
+                router.refresh_slots().await;
+                router.slots.refresh_done();
+            });
+        }
+        self.slots.owner(call.slot())
+    }
+
+    async fn eval(
+        self: Arc<Self>,
+        call: Arc<Call>,
+        deadline: Instant,
+    ) -> Result<Vec<i64>, StoreError> {
         let (script, redis_keys, args) = (call.script, &call.keys[..], &call.args[..]);
         let c = &*self.counters;
         let mut route = Route::Key;
@@ -211,6 +241,8 @@ impl Transport for Router {
                 }
                 Next::Moved(addr) => {
                     bump(&c.moved);
+                    self.slots
+                        .moved(call.slot(), &format!("{}:{}", addr.host, addr.port));
                     pace = redirected;
                     redirected = true;
                     route = Route::Moved(addr);
@@ -272,14 +304,18 @@ impl Transport for Router {
 /// clocks unless one was injected.
 impl Store for ClusterStore {
     fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
-        Answer::pending(
-            async move { self.counted(self.engine.decide(&self.router, request).await) },
-        )
+        Answer::pending(async move {
+            let router: Arc<dyn Transport> = self.router.clone();
+            self.counted(self.engine.decide(&router, request).await)
+        })
     }
 
+    /// Atomic; the servers' clocks unless one was injected; failure
+    /// domains judged by the store itself (one breaker per master).
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
             .atomic(true)
+            .failure_domains(true)
             .shared_clock(self.engine.clock().cloned())
     }
 }

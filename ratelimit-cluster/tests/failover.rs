@@ -63,7 +63,12 @@ async fn failover_under_load(lib: Lib) {
         .timeout(LIMITER_TIMEOUT)
         // Once the breaker opens, calls cost no time until it probes again:
         // a cool-down of a quarter second keeps the gap after the promotion short.
-        .circuit_breaker(CircuitBreaker::new(5, BREAKER_COOL_DOWN))
+        .circuit_breaker(CircuitBreaker::new(
+            Duration::from_secs(60),
+            5,
+            50,
+            BREAKER_COOL_DOWN,
+        ))
         .build()
         .unwrap();
     let caller = b"busy-caller";

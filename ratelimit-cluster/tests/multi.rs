@@ -53,15 +53,18 @@ async fn one_script_run_per_decision(cluster: &RedisCluster, lib: Lib) {
         .unwrap();
     let limiters = [
         Limiter::builder(store.clone())
+            .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
             .quota(a.clone())
             .build()
             .unwrap(),
         Limiter::builder(store.clone())
+            .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
             .quota(a.clone())
             .quota(b.clone())
             .build()
             .unwrap(),
         Limiter::builder(store.clone())
+            .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
             .quota(a)
             .quota(b)
             .quota(c)

@@ -64,6 +64,16 @@ pub enum ConfigError {
         /// The name.
         name: String,
     },
+    /// A limiter over a store that can be unavailable, with no degraded mode
+    /// chosen.
+    #[error(
+        "no degraded mode: say what this limiter decides while its store is unavailable. \
+         Usually `.instances(n)` (n = the application instances sharing the quota): an \
+         in-process fallback at each limit / n, still limiting. Or `.failure_policy(FailurePolicy::FailClosed)` \
+         (deny: logins, password resets) or `.failure_policy(FailurePolicy::FailOpen)` (admit \
+         uncounted calls)"
+    )]
+    NoDegradedMode,
     /// A limiter built without a timer while the `tokio` feature is off.
     #[error("no timer: enable ratelimit-core's `tokio` feature or call `LimiterBuilder::timer`")]
     NoTimer,

@@ -5,6 +5,7 @@ pub mod clock;
 pub mod decision;
 pub mod error;
 pub mod headers;
+pub mod health;
 pub mod limiter;
 pub mod model;
 pub mod quota;
@@ -14,13 +15,14 @@ pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use decision::{Decision, Source, Verdict};
 pub use error::{ConfigError, CostError, Result, StoreError};
 pub use headers::RateLimitHeaders;
+pub use health::{BreakerState, CircuitBreaker};
 #[cfg(feature = "deny-cache")]
 pub use limiter::DenyCache;
 #[cfg(feature = "tokio")]
 pub use limiter::TokioTimer;
 pub use limiter::{
-    AcquireError, BreakerState, Check, CircuitBreaker, DEFAULT_TIMEOUT, FailurePolicy, Limiter,
-    LimiterBuilder, LimiterStats, Sleep, Timer,
+    AcquireError, Check, DEFAULT_TIMEOUT, FailurePolicy, FallbackStore, Limiter, LimiterBuilder,
+    LimiterStats, Sleep, Timer,
 };
 pub use model::{Charge, State, Step};
 pub use quota::{

@@ -37,6 +37,7 @@ async fn a_caller_over_its_daily_quota_keeps_its_per_second_tokens() {
     let store = Arc::new(ModelStore::new(clock.clone()));
     let (second, day) = per_second_and_day();
     let l = Limiter::builder_arc(store.clone())
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(second)
         .quota(day)
         .build()
@@ -95,6 +96,7 @@ async fn per_quota_costs_and_the_tightest_quota_binds_an_admission() {
         "bytes",
     );
     let l = Limiter::builder_arc(store)
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(requests)
         .quota(bytes)
         .build()
@@ -122,6 +124,7 @@ async fn duplicate_policies_are_refused() {
     let q = Quota::fixed_window(Rate::per_second(1)).unwrap();
     assert!(
         Limiter::builder(store)
+            .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
             .quota(q.clone())
             .quota(q)
             .build()
@@ -133,7 +136,12 @@ fn breaker_limiter(store: Arc<ModelStore>, clock: &ManualClock) -> Limiter {
     Limiter::builder_arc(store)
         .quota(Quota::sliding_window(Rate::per_minute(100)).unwrap())
         .failure_policy(FailurePolicy::FailClosed)
-        .circuit_breaker(CircuitBreaker::new(3, Duration::from_secs(1)))
+        .circuit_breaker(CircuitBreaker::new(
+            Duration::from_secs(60),
+            3,
+            50,
+            Duration::from_secs(1),
+        ))
         .clock(clock.clone())
         .build()
         .unwrap()
@@ -210,7 +218,13 @@ async fn with_the_breaker_open_a_hanging_store_costs_no_time() {
     let clock = ManualClock::new(T0);
     let l = Limiter::builder(Hanging)
         .quota(Quota::fixed_window(Rate::per_second(5)).unwrap())
-        .circuit_breaker(CircuitBreaker::new(2, Duration::from_secs(5)))
+        .failure_policy(FailurePolicy::FailOpen)
+        .circuit_breaker(CircuitBreaker::new(
+            Duration::from_secs(60),
+            2,
+            50,
+            Duration::from_secs(5),
+        ))
         .timeout(Duration::from_millis(20))
         .clock(clock.clone())
         .build()
@@ -258,7 +272,13 @@ async fn a_cancelled_probe_does_not_keep_the_breaker_open() {
     let store = Arc::new(FailThenHang::default());
     let l = Limiter::builder_arc(store.clone())
         .quota(Quota::fixed_window(Rate::per_second(5)).unwrap())
-        .circuit_breaker(CircuitBreaker::new(1, Duration::from_secs(1)))
+        .failure_policy(FailurePolicy::FailOpen)
+        .circuit_breaker(CircuitBreaker::new(
+            Duration::from_secs(60),
+            1,
+            50,
+            Duration::from_secs(1),
+        ))
         .timeout(Duration::from_secs(3600))
         .clock(clock.clone())
         .build()
@@ -330,6 +350,7 @@ async fn shadow_quotas_count_but_never_deny_case(sync: bool) {
     );
     let candidate = named(Quota::fixed_window(Rate::per_minute(2)).unwrap(), "new");
     let l = Limiter::builder_arc(store.clone())
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(enforced)
         .shadow_quota(candidate)
         .build()
@@ -355,6 +376,7 @@ async fn shadow_quotas_count_but_never_deny_case(sync: bool) {
     // A limiter whose only quota is in shadow mode admits everything and
     // sends no headers.
     let only = Limiter::builder_arc(store)
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .shadow_quota(named(
             Quota::fixed_window(Rate::per_minute(1)).unwrap(),
             "trial",
@@ -411,7 +433,7 @@ async fn replay(quotas: Vec<Quota>, seed: u64) -> (u64, u64, u64) {
     let plain_store = Arc::new(ModelStore::new(clock.clone()));
     let cached_store = Arc::new(ModelStore::with_sync(clock.clone(), seed % 2 == 1));
     let build = |store: Arc<ModelStore>, cache: bool| {
-        let mut b = Limiter::builder_arc(store);
+        let mut b = Limiter::builder_arc(store).failure_policy(FailurePolicy::FailClosed);
         for q in &quotas {
             b = b.quota(q.clone());
         }
@@ -501,6 +523,7 @@ async fn the_deny_cache_sends_smaller_costs_to_the_store_case(sync: bool) {
     let clock = ManualClock::new(T0);
     let store = Arc::new(ModelStore::with_sync(clock.clone(), sync));
     let l = Limiter::builder_arc(store.clone())
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(Quota::token_bucket(Rate::per_second(1), 10).unwrap())
         .deny_cache(DenyCache::new(100))
         .build()
@@ -536,7 +559,11 @@ async fn acquire_waits_for_the_shared_quota() {
     let clock = TokioClock(tokio::time::Instant::now());
     let store = Arc::new(ModelStore::new(clock.clone()));
     let quota = Quota::token_bucket(Rate::per_second(10), 1).unwrap();
-    let l = Limiter::builder_arc(store).quota(quota).build().unwrap();
+    let l = Limiter::builder_arc(store)
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
+        .quota(quota)
+        .build()
+        .unwrap();
     let start = clock.now();
     let mut times = Vec::new();
     for _ in 0..20 {
@@ -570,6 +597,7 @@ async fn acquire_is_cancel_safe_and_counts_only_what_it_gets() {
     let clock = TokioClock(tokio::time::Instant::now());
     let store = Arc::new(ModelStore::new(clock.clone()));
     let l = Limiter::builder_arc(store)
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(Quota::fixed_window(Rate::per_second(2)).unwrap())
         .build()
         .unwrap();

@@ -123,6 +123,7 @@ async fn a_panicking_store_does_not_panic_the_request() {
 async fn costs_that_can_never_pass_are_errors_before_the_store() {
     let store = Arc::new(Recording::default());
     let l = Limiter::builder_arc(store.clone())
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(quota())
         .build()
         .unwrap();
@@ -135,6 +136,7 @@ async fn costs_that_can_never_pass_are_errors_before_the_store() {
 async fn namespaces_prefix_keys_and_are_validated() {
     let store = Arc::new(Recording::default());
     let l = Limiter::builder_arc(store.clone())
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(quota())
         .namespace("api")
         .unwrap()
@@ -148,7 +150,13 @@ async fn namespaces_prefix_keys_and_are_validated() {
             .is_err()
     );
     assert!(Limiter::builder_arc(store.clone()).namespace("").is_err());
-    assert!(Limiter::builder_arc(store).build().is_err(), "no quota");
+    assert!(
+        Limiter::builder_arc(store)
+            .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
+            .build()
+            .is_err(),
+        "no quota"
+    );
 }
 
 #[tokio::test]
@@ -163,6 +171,7 @@ async fn several_quotas_return_the_first_denial_or_the_tightest() {
         .named("hourly")
         .unwrap();
     let l = Limiter::builder_arc(store)
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(burst)
         .quota(hourly)
         .build()
@@ -181,6 +190,7 @@ async fn several_quotas_return_the_first_denial_or_the_tightest() {
 async fn long_callers_are_namespaced_too() {
     let store = Arc::new(Recording::default());
     let l = Limiter::builder_arc(store.clone())
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(quota())
         .namespace("ns")
         .unwrap()

@@ -147,6 +147,24 @@ impl LocalStore {
                 Place::Log(s, h) => window_state(logs.shard(s)?.get_mut(h, k), now),
             });
         }
+        // A request that would track a new entry is refused at the bound
+        // (before anything is decided or written).
+        let mut new = false;
+        for (c, p) in charges.iter().zip(&places) {
+            let k = Key::named(c.quota.name(), key);
+            new |= match *p {
+                Place::Bucket { word, fine } => {
+                    !fines.shard(fine.0)?.contains(fine.1, k)
+                        && !words.shard(word.0)?.contains(word.1, k)
+                }
+                Place::Fixed(s, h) => !fixed.shard(s)?.contains(h, k),
+                Place::Sliding(s, h) => !sliding.shard(s)?.contains(h, k),
+                Place::Log(s, h) => !logs.shard(s)?.contains(h, k),
+            };
+        }
+        if new {
+            self.admit_new()?;
+        }
         let step = model::decide_all(charges, prior, now)?;
         for ((c, p), write) in charges.iter().zip(&places).zip(step.writes) {
             let Some((state, ttl)) = write else { continue };

@@ -216,6 +216,9 @@ pub(crate) struct ShardedMap<V> {
     mask: usize,
     /// Whether stored keys carry the policy name.
     named: bool,
+    /// Entries in every shard (kept with each insert and removal, so the
+    /// store's bound on callers costs one load to check).
+    entries: std::sync::atomic::AtomicUsize,
 }
 
 impl<V> Default for ShardedMap<V> {
@@ -238,6 +241,7 @@ impl<V> ShardedMap<V> {
             hasher: foldhash::fast::RandomState::default(),
             mask: n - 1,
             named,
+            entries: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -308,6 +312,8 @@ impl<V> ShardedMap<V> {
                 let (state, out) = insert();
                 if let Some(state) = state {
                     v.insert((key.to_stored(named), state));
+                    self.entries
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 out
             }
@@ -338,9 +344,19 @@ impl<V> ShardedMap<V> {
         let mut table = self.shard(h).write();
         let named = self.named;
         match table.find_entry(h, |(k, _)| key.matches(named, k)) {
-            Ok(o) => Some(o.remove().0.1),
+            Ok(o) => {
+                self.entries
+                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                Some(o.remove().0.1)
+            }
             Err(_) => None,
         }
+    }
+
+    /// Entries stored now (one atomic load; exact once concurrent inserts
+    /// and removals have finished).
+    pub(crate) fn entries(&self) -> usize {
+        self.entries.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Number of shards.
@@ -422,6 +438,8 @@ impl<V> ShardedMap<V> {
         // operating system, which takes time in proportion to its size.
         drop(old);
         let removed = dead.len();
+        self.entries
+            .fetch_sub(removed, std::sync::atomic::Ordering::Relaxed);
         drop(dead);
         Some(Walk {
             next,
@@ -492,15 +510,27 @@ impl<V> Locked<'_, V> {
             Entry::Occupied(mut o) => o.get_mut().1 = value,
             Entry::Vacant(v) => {
                 v.insert((key.to_stored(named), value));
+                map.entries
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
+    }
+
+    /// Whether `key` has state (or a new one would be a new entry).
+    pub(crate) fn contains(&mut self, hash: u64, key: Key<'_>) -> bool {
+        self.get_mut(hash, key).is_some()
     }
 
     /// Removes `key`'s state and returns it.
     pub(crate) fn remove(&mut self, hash: u64, key: Key<'_>) -> Option<V> {
         let named = self.map.named;
         match self.table.find_entry(hash, |(k, _)| key.matches(named, k)) {
-            Ok(o) => Some(o.remove().0.1),
+            Ok(o) => {
+                self.map
+                    .entries
+                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                Some(o.remove().0.1)
+            }
             Err(_) => None,
         }
     }

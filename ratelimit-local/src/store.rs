@@ -106,6 +106,10 @@ pub struct LocalStore {
     next_step: AtomicU64,
     /// Held (never waited for) by the call taking a step.
     cursor: Mutex<Cursor>,
+    /// The most entries (caller and policy) tracked at once.
+    max_callers: usize,
+    /// New callers refused at the bound.
+    refused: AtomicU64,
 }
 
 impl std::fmt::Debug for LocalStore {
@@ -157,6 +161,8 @@ impl LocalStore {
             fast_clock,
             sweep_interval: interval,
             cursor: Mutex::new(Cursor::default()),
+            max_callers: usize::MAX,
+            refused: AtomicU64::new(0),
         }
     }
 
@@ -172,6 +178,36 @@ impl LocalStore {
         self.next_step = AtomicU64::new(self.clock.now().saturating_add(self.sweep_interval));
         self.cursor = Mutex::new(Cursor::default());
         self
+    }
+
+    /// Bounds the entries (one per caller and policy) the store tracks at
+    /// once (default: no bound). **When full**, a request that would track
+    /// a new entry is refused ([`ratelimit_core::StoreError::Unavailable`],
+    /// counted in [`LocalStore::refused`]): the limiter answers it by its
+    /// failure policy (deny, unless fail-open was chosen). A tracked caller
+    /// is **never** forgotten to make room (that would let a caller over
+    /// its limit in again); room comes back as idle callers expire and the
+    /// sweep evicts them. A flood of distinct keys (an unauthenticated key
+    /// header) then costs at most this many entries of memory.
+    pub fn max_callers(mut self, max: usize) -> Self {
+        self.max_callers = max.max(1);
+        self
+    }
+
+    /// Entries tracked now, from counters kept with every insert and
+    /// removal (expired ones not yet swept included).
+    pub fn tracked(&self) -> usize {
+        self.buckets.entries()
+            + self.fine_buckets.entries()
+            + self.fixed.entries()
+            + self.sliding.entries()
+            + self.logs.entries()
+    }
+
+    /// Requests of new callers refused at the bound
+    /// ([`LocalStore::max_callers`]).
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Number of callers with stored state (including expired ones not yet swept).
@@ -467,14 +503,14 @@ impl LocalStore {
         match quota.algorithm() {
             Algorithm::TokenBucket(b) => {
                 if packs(b, now) {
-                    Ok(self.bucket(k, b, now, cost))
+                    self.bucket(k, b, now, cost)
                 } else {
-                    Ok(self.fine_bucket(k, b, now, cost))
+                    self.fine_bucket(k, b, now, cost)
                 }
             }
-            Algorithm::FixedWindow(_) => windowed(&self.fixed, k, quota, now, cost),
-            Algorithm::SlidingWindow(_) => windowed(&self.sliding, k, quota, now, cost),
-            Algorithm::SlidingLog(_) => windowed(&self.logs, k, quota, now, cost),
+            Algorithm::FixedWindow(_) => self.windowed(&self.fixed, k, quota, now, cost),
+            Algorithm::SlidingWindow(_) => self.windowed(&self.sliding, k, quota, now, cost),
+            Algorithm::SlidingLog(_) => self.windowed(&self.logs, k, quota, now, cost),
         }
     }
 
@@ -491,28 +527,84 @@ impl LocalStore {
     /// A token bucket whose state packs into one word: the hot path takes
     /// the shard's read lock and updates the word by compare-and-swap.
     #[inline]
-    fn bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Decision {
+    fn bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Result<Decision> {
         if let Some(word) = self.buckets.get(k) {
-            return bucket_step(&*word, b, now, cost);
+            return Ok(bucket_step(&*word, b, now, cost));
         }
         self.new_bucket(k, b, now, cost)
     }
 
     #[cold]
-    fn new_bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Decision {
+    fn new_bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Result<Decision> {
         // The caller's state is in the two-word map (written under a rate
         // or at a time that does not pack): it stays there.
         if let Some(mut s) = self.fine_buckets.get_mut(k) {
-            return fine_step(&mut s, b, now, cost);
+            return Ok(fine_step(&mut s, b, now, cost));
         }
+        self.admit_new()?;
         // The insert re-checks under the shard lock: another call may have
         // inserted the key in the meantime.
-        self.buckets.update_or_insert(
+        Ok(self.buckets.update_or_insert(
             k,
             |word| bucket_step(word, b, now, cost),
             || {
                 let (d, next, _) = model::token_bucket_step(b, None, now, cost);
                 (d.allowed.then(|| AtomicU64::new(pack(next))), d)
+            },
+        ))
+    }
+
+    /// Whether a new caller may be tracked: always, unless the store is at
+    /// its bound ([`LocalStore::max_callers`]); then the refusal, counted.
+    #[inline]
+    pub(crate) fn admit_new(&self) -> Result<()> {
+        if self.max_callers == usize::MAX || self.tracked() < self.max_callers {
+            return Ok(());
+        }
+        Err(self.refuse())
+    }
+
+    #[cold]
+    fn refuse(&self) -> ratelimit_core::StoreError {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        ratelimit_core::StoreError::Unavailable {
+            domain: "the local store".to_owned(),
+            reason: format!(
+                "full: {} callers tracked, its bound (LocalStore::max_callers); a new caller is \
+                 decided by the limiter's failure policy until idle callers expire",
+                self.tracked()
+            ),
+        }
+    }
+
+    /// A window algorithm: its entry under the shard's write lock.
+    fn windowed<S: Windowed + Default>(
+        &self,
+        map: &ShardedMap<Timed<S>>,
+        k: Key<'_>,
+        quota: &Quota,
+        now: Micros,
+        cost: u64,
+    ) -> Result<Decision> {
+        // Fast path: the caller has state; look it up by the borrowed key.
+        if let Some(mut e) = map.get_mut(k) {
+            return step_timed(&mut e, quota, now, cost);
+        }
+        self.admit_new()?;
+        // A new caller: the insert re-checks under the shard lock, as another
+        // call may have inserted the key in the meantime.
+        map.update_or_insert(
+            k,
+            |e| step_timed(e, quota, now, cost),
+            || match model::decide(quota, None, now, cost) {
+                Ok(step) => (
+                    Some(Timed {
+                        state: S::unwrap(step.state).unwrap_or_default(),
+                        expires_at: now.saturating_add(step.ttl),
+                    }),
+                    Ok(step.decision),
+                ),
+                Err(e) => (None, Err(e.into())),
             },
         )
     }
@@ -521,13 +613,16 @@ impl LocalStore {
     /// [`PACK_MAX_REFILL`] units per µs, or a clock past [`PACK_BEFORE`]):
     /// two words, updated under the shard's write lock.
     #[cold]
-    fn fine_bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Decision {
+    fn fine_bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Result<Decision> {
         if let Some(mut s) = self.fine_buckets.get_mut(k) {
-            return fine_step(&mut s, b, now, cost);
+            return Ok(fine_step(&mut s, b, now, cost));
         }
         // The caller's state was written in one word: carry it over exactly.
         let carried = self.buckets.remove(k).map(|a| unpack(a.into_inner()));
-        self.fine_buckets.update_or_insert(
+        if carried.is_none() {
+            self.admit_new()?;
+        }
+        Ok(self.fine_buckets.update_or_insert(
             k,
             |s| fine_step(s, b, now, cost),
             || {
@@ -538,7 +633,7 @@ impl LocalStore {
                 }
                 (s, d)
             },
-        )
+        ))
     }
 }
 
@@ -549,36 +644,6 @@ fn fine_step(s: &mut TokenBucketState, b: &Bucket, now: Micros, cost: u64) -> De
         *s = next;
     }
     decision
-}
-
-/// A window algorithm: its entry under the shard's write lock.
-fn windowed<S: Windowed + Default>(
-    map: &ShardedMap<Timed<S>>,
-    k: Key<'_>,
-    quota: &Quota,
-    now: Micros,
-    cost: u64,
-) -> Result<Decision> {
-    // Fast path: the caller has state; look it up by the borrowed key.
-    if let Some(mut e) = map.get_mut(k) {
-        return step_timed(&mut e, quota, now, cost);
-    }
-    // A new caller: the insert re-checks under the shard lock, as another
-    // call may have inserted the key in the meantime.
-    map.update_or_insert(
-        k,
-        |e| step_timed(e, quota, now, cost),
-        || match model::decide(quota, None, now, cost) {
-            Ok(step) => (
-                Some(Timed {
-                    state: S::unwrap(step.state).unwrap_or_default(),
-                    expires_at: now.saturating_add(step.ttl),
-                }),
-                Ok(step.decision),
-            ),
-            Err(e) => (None, Err(e.into())),
-        },
-    )
 }
 
 impl LocalStore {

@@ -81,6 +81,23 @@ impl ServerClock {
         }
     }
 
+    /// A copy of the offsets learnt so far.
+    pub fn copy(&self) -> Self {
+        Self {
+            base: self.base,
+            offsets: self
+                .offsets
+                .iter()
+                .map(|o| AtomicI64::new(o.load(Ordering::Relaxed)))
+                .collect(),
+            observed: self
+                .observed
+                .iter()
+                .map(|o| AtomicI64::new(o.load(Ordering::Relaxed)))
+                .collect(),
+        }
+    }
+
     /// The local instant offsets are counted from.
     pub fn base(&self) -> Instant {
         self.base

@@ -38,6 +38,63 @@ pub fn is_server_reply(message: &str) -> bool {
         && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
 }
 
+/// Whether an error came from the server (an error reply: the node is
+/// alive and answered) rather than from failing to reach it (refused,
+/// reset or dropped connections, I/O errors, client timeouts): what a
+/// node's breaker counts as evidence ([`crate::domains`]).
+pub fn reached_server(err: &StoreError) -> bool {
+    let StoreError::Backend {
+        source: Some(source),
+        ..
+    } = err
+    else {
+        // Our own errors (a cost, a bad reply, an expired call) say nothing
+        // against the node.
+        return true;
+    };
+    if let Some(e) = source.downcast_ref::<redis::RedisError>() {
+        return !(e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || matches!(e.kind(), redis::ErrorKind::ClusterConnectionNotFound));
+    }
+    #[cfg(feature = "fred")]
+    if let Some(e) = source.downcast_ref::<fred::error::Error>() {
+        use fred::error::ErrorKind;
+        return match e.kind() {
+            ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Backpressure => {
+                false
+            }
+            ErrorKind::Unknown => is_server_reply(e.details()),
+            _ => true,
+        };
+    }
+    // A wrapped error of ours ("cannot reach <node>: ..."), or another
+    // client's: judge by the message.
+    !err.is_transient()
+}
+
+/// Whether an error is a client-side timeout (no reply in time): judged by
+/// the node's progress, not as an unreachable node.
+pub fn is_timeout(err: &StoreError) -> bool {
+    let StoreError::Backend {
+        source: Some(source),
+        ..
+    } = err
+    else {
+        return matches!(err, StoreError::Timeout(_));
+    };
+    if let Some(e) = source.downcast_ref::<redis::RedisError>() {
+        return e.is_timeout();
+    }
+    #[cfg(feature = "fred")]
+    if let Some(e) = source.downcast_ref::<fred::error::Error>() {
+        return matches!(e.kind(), fred::error::ErrorKind::Timeout);
+    }
+    source.downcast_ref::<StoreError>().is_some_and(is_timeout)
+}
+
 /// Classifies a redis-rs error.
 pub fn from_redis(err: redis::RedisError) -> StoreError {
     let transient = err.is_io_error()

@@ -41,7 +41,13 @@ impl RedisStore {
     /// request twice). Give the client a
     /// `PerformanceConfig::default_command_timeout` and a `ReconnectPolicy`.
     pub fn from_fred(client: Client) -> Self {
-        Self::from_backend(Backend::Fred(client))
+        let node = client
+            .client_config()
+            .server
+            .hosts()
+            .first()
+            .map_or_else(|| "redis".to_owned(), |s| format!("{}:{}", s.host, s.port));
+        Self::from_backend(Backend::Fred(client), &node)
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod deadline;
 pub mod decode;
+pub mod domains;
 pub mod engine;
 pub mod error;
 #[cfg(feature = "fred")]

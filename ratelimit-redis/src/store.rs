@@ -70,10 +70,24 @@ impl Backend {
     }
 }
 
+/// The one node a single-node store talks to: its connection and its name.
+struct Node {
+    backend: Backend,
+    name: Arc<str>,
+}
+
 #[async_trait]
-impl Transport for Backend {
-    async fn eval(&self, call: &Call, _deadline: Instant) -> Result<Vec<i64>, StoreError> {
-        Backend::eval(self, call.script, &call.keys, &call.args).await
+impl Transport for Node {
+    async fn eval(
+        self: Arc<Self>,
+        call: Arc<Call>,
+        _deadline: Instant,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.backend.eval(call.script, &call.keys, &call.args).await
+    }
+
+    fn domain(&self, _call: &Call) -> Arc<str> {
+        Arc::clone(&self.name)
     }
 }
 
@@ -111,6 +125,10 @@ impl Transport for Backend {
 #[derive(Clone)]
 pub struct RedisStore {
     backend: Backend,
+    /// The node, `host:port` (its failure domain).
+    node: Arc<str>,
+    /// The connection and the node's name, as the engine sends through.
+    transport: Arc<dyn Transport>,
     engine: Engine,
 }
 
@@ -118,6 +136,7 @@ impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("client", &self.backend.name())
+            .field("node", &self.node)
             .field("prefix", &self.engine.prefix())
             .field("clock", &self.engine.clock())
             .field("timeout", &self.engine.timeout())
@@ -154,14 +173,43 @@ impl RedisStore {
     /// and reconnect settings apply), with prefix `rl`, the server's clock
     /// and a per-call bound of [`DEFAULT_CALL_TIMEOUT`].
     pub fn from_connection_manager(manager: ConnectionManager) -> Self {
-        Self::from_backend(Backend::Redis(manager))
+        Self::from_backend(Backend::Redis(manager), "redis")
     }
 
-    pub(crate) fn from_backend(backend: Backend) -> Self {
+    pub(crate) fn from_backend(backend: Backend, node: &str) -> Self {
+        Self::assemble(backend, node, Engine::new(DEFAULT_CALL_TIMEOUT, 1))
+    }
+
+    fn assemble(backend: Backend, node: &str, engine: Engine) -> Self {
+        let node: Arc<str> = Arc::from(node);
         Self {
+            transport: Arc::new(Node {
+                backend: backend.clone(),
+                name: Arc::clone(&node),
+            }),
             backend,
-            engine: Engine::new(DEFAULT_CALL_TIMEOUT, 1),
+            node,
+            engine,
         }
+    }
+
+    /// Names the node in errors and metrics (`host:port`; default: the
+    /// URL's for a built store, `redis` for one made from a client).
+    pub fn with_node_name(self, name: &str) -> Self {
+        Self::assemble(self.backend, name, self.engine)
+    }
+
+    /// Sets the node's circuit breaker (default
+    /// [`ratelimit_core::CircuitBreaker::DEFAULT`]; see
+    /// [`crate::domains`]).
+    pub fn with_breaker(mut self, breaker: ratelimit_core::CircuitBreaker) -> Self {
+        self.engine.set_breaker(breaker);
+        self
+    }
+
+    /// The node's name (`host:port`).
+    pub fn node(&self) -> &str {
+        &self.node
     }
 
     /// Uses another key prefix (see [`keys::check_prefix`]).
@@ -227,12 +275,15 @@ impl RedisStore {
 /// request's charges; the server's clock unless one was injected.
 impl Store for RedisStore {
     fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
-        Answer::pending(self.engine.decide(&self.backend, request))
+        Answer::pending(self.engine.decide(&self.transport, request))
     }
 
+    /// Atomic; the server's clock unless one was injected; one failure
+    /// domain (the node) judged by the store itself.
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
             .atomic(true)
+            .failure_domains(true)
             .shared_clock(self.engine.clock().cloned())
     }
 }
@@ -328,15 +379,16 @@ impl RedisStoreBuilder {
     pub async fn build(self) -> Result<RedisStore, StoreError> {
         keys::check_prefix(&self.prefix).map_err(|m| StoreError::message(m, false))?;
         let client = redis::Client::open(self.url.as_str()).map_err(error::from_redis)?;
+        let node = client.get_connection_info().addr().to_string();
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.response_timeout))
             .set_connection_timeout(Some(self.connection_timeout))
             .set_min_delay(Duration::from_millis(25))
-            .set_max_delay(Duration::from_secs(1))
+            .set_max_delay(Duration::from_millis(100))
             .set_number_of_retries(4);
         let manager = ConnectionManager::new_with_config(client, config)
             .await
-            .map_err(error::from_redis)?;
+            .map_err(|e| StoreError::backend(format!("cannot reach {node}: {e}"), true, e))?;
         let timeout = self
             .timeout
             .unwrap_or(self.connection_timeout + 3 * self.response_timeout);
@@ -356,9 +408,16 @@ impl RedisStoreBuilder {
             time.0.saturating_mul(1_000_000).saturating_add(time.1),
             Instant::now(),
         );
-        Ok(RedisStore {
-            backend: Backend::Redis(manager),
-            engine,
-        })
+        // Load every script now: a cold start under many callers would
+        // otherwise send each of them through NOSCRIPT and SCRIPT LOAD.
+        for script in crate::scripts::all() {
+            let _: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(script.lua())
+                .query_async(&mut m)
+                .await
+                .map_err(error::from_redis)?;
+        }
+        Ok(RedisStore::assemble(Backend::Redis(manager), &node, engine))
     }
 }

@@ -52,15 +52,18 @@ async fn one_script_call_per_decision(server: &RedisServer, store: RedisStore) {
     let [a, b, c] = quotas();
     let limiters = [
         Limiter::builder(store.clone())
+            .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
             .quota(a.clone())
             .build()
             .unwrap(),
         Limiter::builder(store.clone())
+            .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
             .quota(a.clone())
             .quota(b.clone())
             .build()
             .unwrap(),
         Limiter::builder(store.clone())
+            .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
             .quota(a)
             .quota(b)
             .quota(c)

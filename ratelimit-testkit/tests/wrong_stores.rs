@@ -388,3 +388,22 @@ async fn a_store_pending_despite_answering_in_process_is_rejected() {
     );
     assert!(v.message.contains("in_process"), "{v}");
 }
+
+/// The limiter's built-in fallback store decides real requests while the
+/// shared store is down: it meets every contract too.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_limiters_fallback_store_passes_everything() {
+    struct Fallback;
+    #[async_trait]
+    impl StoreFactory for Fallback {
+        async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>> {
+            let clock: Arc<dyn ratelimit_core::Clock> = match clock {
+                Some(c) => Arc::new(c),
+                None => Arc::new(ratelimit_core::SystemClock),
+            };
+            let s: Arc<dyn Store> = Arc::new(ratelimit_core::FallbackStore::new(clock, 100_000));
+            vec![s; n]
+        }
+    }
+    conformance::run_all(&Fallback, &config()).await.unwrap();
+}

@@ -1,21 +1,23 @@
-//! What a dead Redis costs each request, with and without the limiter's
-//! circuit breaker, and how long the limiter takes to use Redis again once
-//! it is back.
+//! What a dead Redis costs each request once the node's breaker is open,
+//! and how long the store takes to answer again once Redis is back, with
+//! each client.
 //!
 //! ```text
-//! cargo run --release -p ratelimit-benches --bin dead_redis
+//! cargo run --release -p ratelimit-benches --features fred --bin dead_redis
 //! ```
 //!
-//! Starts its own `redis-server` on a free loopback port, warms a limiter
-//! (fail open, 20 ms timeout) up on it, kills the server, and times
-//! sequential checks: first through a limiter without a breaker, then
-//! through one with the default breaker (open after 5 failures, 1 s
-//! cool-down). Then it restarts the server and times how long the breaker
-//! limiter takes to return to store decisions. Prints a markdown table.
+//! For each client (redis-rs; fred with `--features fred`): starts its own
+//! `redis-server` on a free loopback port, warms a limiter up on it (the
+//! default degraded mode, `instances(1)`: the built-in fallback; 20 ms
+//! timeout), kills the server, and times sequential checks while it is dead
+//! (the first calls open the node's breaker; then every call fails fast and
+//! is decided by the fallback). Then it restarts the server and measures
+//! the time from the server answering `PING` again to the first decision
+//! made by the store, checking continuously. Prints a markdown table.
 
 use std::time::{Duration, Instant};
 
-use ratelimit_core::{CircuitBreaker, FailurePolicy, Limiter, Quota, Rate, Source};
+use ratelimit_core::{Limiter, Quota, Rate, Source};
 use ratelimit_redis::RedisStore;
 use ratelimit_testkit::redis_server::RedisServer;
 
@@ -44,86 +46,145 @@ async fn time_checks(limiter: &Limiter, n: usize) -> (Vec<Duration>, usize) {
     (out, from_store)
 }
 
-#[tokio::main]
-async fn main() {
-    let mut server = RedisServer::start_local();
-    let store = RedisStore::builder(server.url())
-        .prefix(server.prefix())
-        .build()
-        .await
-        .expect("connect to the fixture's redis-server");
-    let quota = Quota::token_bucket(Rate::per_second(1_000), 1_000).unwrap();
-    let build = |breaker: Option<CircuitBreaker>| {
-        let b = Limiter::builder(store.clone())
-            .quota(quota.clone())
-            .failure_policy(FailurePolicy::FailOpen)
-            .timeout(Duration::from_millis(20));
-        match breaker {
-            Some(c) => b.circuit_breaker(c),
-            None => b.no_circuit_breaker(),
+#[derive(Debug, Clone, Copy)]
+enum Lib {
+    RedisRs,
+    #[cfg(feature = "fred")]
+    Fred,
+}
+
+impl Lib {
+    fn name(self) -> &'static str {
+        match self {
+            Lib::RedisRs => "redis-rs",
+            #[cfg(feature = "fred")]
+            Lib::Fred => "fred",
         }
-        .build()
-        .unwrap()
-    };
-    let plain = build(None);
-    let guarded = build(Some(CircuitBreaker::DEFAULT));
-    for _ in 0..200 {
-        assert_eq!(plain.check("warm").await.source, Source::Store);
-        assert_eq!(guarded.check("warm").await.source, Source::Store);
     }
-    let (mut alive, _) = time_checks(&guarded, 2_000).await;
+}
+
+async fn store(lib: Lib, server: &RedisServer) -> RedisStore {
+    match lib {
+        Lib::RedisRs => RedisStore::builder(server.url())
+            .prefix(server.prefix())
+            .build()
+            .await
+            .expect("connect to the fixture's redis-server"),
+        #[cfg(feature = "fred")]
+        Lib::Fred => {
+            use ratelimit_redis::fred_client::prelude::*;
+            let client = Builder::from_config(Config::from_url(&server.url()).expect("valid URL"))
+                .with_performance_config(|p| {
+                    p.default_command_timeout = Duration::from_millis(30);
+                })
+                .with_connection_config(|c| c.connection_timeout = Duration::from_millis(50))
+                .set_policy(ReconnectPolicy::new_constant(0, 20))
+                .build()
+                .expect("fred client");
+            client.init().await.expect("fred connects");
+            RedisStore::from_fred(client)
+                .with_prefix(server.prefix())
+                .expect("prefix")
+        }
+    }
+}
+
+struct Row {
+    lib: &'static str,
+    alive: Vec<Duration>,
+    dead: Vec<Duration>,
+    dead_from_store: usize,
+    fallback: u64,
+    recovered: Option<Duration>,
+}
+
+async fn run(lib: Lib) -> Row {
+    let mut server = RedisServer::start_local();
+    let limiter = Limiter::builder(store(lib, &server).await)
+        .quota(Quota::token_bucket(Rate::per_second(1_000), 1_000).unwrap())
+        .instances(1)
+        .timeout(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    for _ in 0..200 {
+        assert_eq!(limiter.check("warm").await.source, Source::Store);
+    }
+    let (mut alive, _) = time_checks(&limiter, 2_000).await;
     alive.sort();
 
     server.kill();
-    let (mut without, _) = time_checks(&plain, 100).await;
-    without.sort();
-    let (with, _) = time_checks(&guarded, 5_000).await;
-    // The first five calls time out and open the breaker; the rest are the
-    // steady state while Redis stays dead.
-    let mut open: Vec<Duration> = with[5..].to_vec();
-    open.sort();
-    let stats = guarded.stats();
+    let (dead, dead_from_store) = time_checks(&limiter, 5_000).await;
+    // The first calls open the node's breaker; the rest are the steady
+    // state while Redis stays dead.
+    let mut dead: Vec<Duration> = dead[100..].to_vec();
+    dead.sort();
+    let fallback = limiter.stats().fallback;
 
-    // Redis comes back: how long until the breaker limiter decides by the
-    // store again (at most one cool-down, plus the probe).
+    // Redis comes back (restart returns once it answers PING): how long
+    // until the store decides again.
     server.restart();
     let back = Instant::now();
     let mut recovered = None;
     while back.elapsed() < Duration::from_secs(10) {
-        if guarded.check("again").await.source == Source::Store {
+        if limiter.check("again").await.source == Source::Store {
             recovered = Some(back.elapsed());
             break;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    Row {
+        lib: lib.name(),
+        alive,
+        dead,
+        dead_from_store,
+        fallback,
+        recovered,
+    }
+}
 
-    println!("| per request | p50 | p99 | p99.9 | max | requests |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for (what, v) in [
-        ("Redis alive", &alive),
-        ("Redis dead, no breaker", &without),
-        ("Redis dead, breaker open", &open),
-    ] {
-        println!(
-            "| {what} | {} | {} | {} | {} | {} |",
-            show(quantile(v, 0.5)),
-            show(quantile(v, 0.99)),
-            show(quantile(v, 0.999)),
-            show(*v.last().unwrap()),
-            v.len()
-        );
+#[tokio::main]
+async fn main() {
+    let libs = [
+        Lib::RedisRs,
+        #[cfg(feature = "fred")]
+        Lib::Fred,
+    ];
+    let mut rows = Vec::new();
+    for lib in libs {
+        rows.push(run(lib).await);
+    }
+    println!("| client | per request | p50 | p99 | p99.9 | max | requests |");
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    for r in &rows {
+        for (what, v) in [
+            ("Redis alive", &r.alive),
+            ("Redis dead, node breaker open", &r.dead),
+        ] {
+            println!(
+                "| {} | {what} | {} | {} | {} | {} | {} |",
+                r.lib,
+                show(quantile(v, 0.5)),
+                show(quantile(v, 0.99)),
+                show(quantile(v, 0.999)),
+                show(*v.last().unwrap()),
+                v.len()
+            );
+        }
     }
     println!();
-    println!(
-        "breaker: {} timeouts, {} errors, {} calls not sent while open",
-        stats.timeouts, stats.errors, stats.short_circuits
-    );
-    match recovered {
-        Some(t) => println!(
-            "recovery: first store decision {} after redis-server was back (cool-down {:?})",
-            show(t),
-            CircuitBreaker::DEFAULT.cool_down()
-        ),
-        None => println!("recovery: no store decision within 10 s"),
+    for r in &rows {
+        println!(
+            "{}: while dead, {} of 5000 decisions from the store, {} from the fallback; recovery: {}",
+            r.lib,
+            r.dead_from_store,
+            r.fallback,
+            match r.recovered {
+                Some(t) => format!(
+                    "first store decision {} after redis-server answered PING again",
+                    show(t)
+                ),
+                None => "no store decision within 10 s".to_owned(),
+            }
+        );
     }
 }

@@ -431,6 +431,7 @@ fn limiter_call<S: Store + 'static>(stores: Vec<S>, quota: &Quota, callers: usiz
         .into_iter()
         .map(|s| {
             Limiter::builder(s)
+                .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
                 .quota(quota.clone())
                 .namespace(NAMESPACE)
                 .expect("valid namespace")

@@ -77,7 +77,9 @@ async fn run(
         inner: store,
         calls: AtomicU64::new(0),
     });
+    // A failure is reported (below) rather than hidden: fail closed.
     let mut b = Limiter::builder_arc(store.clone())
+        .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(quota.clone())
         .timeout(Duration::from_secs(3));
     if cache {

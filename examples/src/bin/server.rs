@@ -12,9 +12,12 @@
 //!   bucket) and "1,000 per day" (policy `daily`, sliding window counter),
 //!   keyed by `x-api-key`; a caller over its daily quota gets a 429 naming
 //!   `daily` and keeps its per-minute tokens. No key is a `401`, a key over
-//!   256 bytes a `431`, the header sent twice a `400`. Fails **open**: a
-//!   store outage must not become an API outage. Repeated 429s are answered
-//!   from the limiter's deny cache without a store round trip.
+//!   256 bytes a `431`, the header sent twice a `400`. While the store is
+//!   unavailable it keeps limiting **in process**, at each limit divided by
+//!   `--instances N` (the servers sharing the quota; default 1): a store
+//!   outage must not become an API outage, nor switch the limit off.
+//!   Repeated 429s are answered from the limiter's deny cache without a
+//!   store round trip.
 //! - `POST /login`: 5 attempts per 15 minutes per client IP (sliding log,
 //!   exact in every trailing window). Fails **closed** (`503`): a store
 //!   outage must not hand a password guesser unlimited attempts.
@@ -45,14 +48,17 @@ use ratelimit::{
     Rate, RateLimitLayer, RedisStore, Store,
 };
 
-const USAGE: &str = "usage: server [--addr <HOST:PORT>] [--redis <URL>] [--config <FILE>]\n\
-    \n  --addr    listen address (default 127.0.0.1:3000)\
-    \n  --redis   share limits through Redis at URL (default: in-process store)\
-    \n  --config  read the policies \"api\", \"daily\" and \"login\" from a .toml, .yaml or .json file";
+const USAGE: &str = "usage: server [--addr <HOST:PORT>] [--redis <URL>] [--instances <N>] [--config <FILE>]\n\
+    \n  --addr       listen address (default 127.0.0.1:3000)\
+    \n  --redis      share limits through Redis at URL (default: in-process store)\
+    \n  --instances  servers sharing the limits (default 1): while Redis is unavailable each\
+    \n               keeps limiting in process at its share, each limit / N\
+    \n  --config     read the policies \"api\", \"daily\" and \"login\" from a .toml, .yaml or .json file";
 
 struct Args {
     addr: SocketAddr,
     redis: Option<String>,
+    instances: u32,
     config: Option<PathBuf>,
 }
 
@@ -60,6 +66,7 @@ fn parse_args() -> Result<Option<Args>, String> {
     let mut args = Args {
         addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
         redis: None,
+        instances: 1,
         config: None,
     };
     let mut it = std::env::args().skip(1);
@@ -70,6 +77,12 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.addr = v.parse().map_err(|e| format!("--addr {v}: {e}"))?;
             }
             "--redis" => args.redis = Some(it.next().ok_or("--redis needs a URL")?),
+            "--instances" => {
+                let v = it.next().ok_or("--instances needs a number")?;
+                args.instances = v.parse().ok().filter(|&n| n > 0).ok_or(format!(
+                    "--instances {v}: give the number of servers, at least 1"
+                ))?;
+            }
             "--config" => args.config = Some(it.next().ok_or("--config needs a file")?.into()),
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown argument {other:?}")),
@@ -140,13 +153,16 @@ fn describe(quota: &Quota) -> String {
 fn layers(
     store: Arc<dyn Store>,
     policies: Policies,
+    instances: u32,
 ) -> Result<(RateLimitLayer, RateLimitLayer), Box<dyn std::error::Error>> {
+    // Degraded: decided in process at each limit / instances (the default
+    // degraded mode, made explicit by giving the number of servers once).
     let api = Limiter::builder_arc(Arc::clone(&store))
         .quota(policies.api)
         .quota(policies.daily)
         .deny_cache(DenyCache::default())
         .namespace("api")?
-        .failure_policy(FailurePolicy::FailOpen)
+        .instances(instances)
         .timeout(Duration::from_millis(50))
         .build()?;
     let api_key = HeaderName::from_static("x-api-key");
@@ -168,7 +184,7 @@ fn layers(
 
 async fn index() -> &'static str {
     "ratelimit example server\n\
-     GET  /api/hello   policies \"api\" and \"daily\" per x-api-key (default: 100/min, burst 20, token bucket; and 1,000/day, sliding window; fails open)\n\
+     GET  /api/hello   policies \"api\" and \"daily\" per x-api-key (default: 100/min, burst 20, token bucket; and 1,000/day, sliding window; while the store is unavailable, in process at each limit / --instances)\n\
      POST /api/orders  same policy; send an Idempotency-Key, 429s invite retries\n\
      POST /login       policy \"login\" per client IP (default: 5 per 15 min, sliding log; fails closed)\n\
      GET  /metrics     the limiters' metrics, Prometheus text format\n"
@@ -180,9 +196,14 @@ async fn hello(Extension(info): Extension<RateLimitInfo>) -> String {
             "hello, {}: {} of {} left in policy {:?}\n",
             info.key, info.decision.remaining, info.decision.limit, info.policy
         ),
+        ratelimit::Source::Fallback => format!(
+            "hello, {}: the limiter's store is unavailable; admitted in process ({} of this \
+             server's share of {} left)\n",
+            info.key, info.decision.remaining, info.decision.limit
+        ),
         _ => format!(
-            "hello, {}: the limiter's store is unavailable; admitted by the fail-open policy\n",
-            info.key
+            "hello, {}: admitted without the store ({:?})\n",
+            info.key, info.decision.source
         ),
     }
 }
@@ -244,7 +265,7 @@ async fn main() -> ExitCode {
             }
         },
     };
-    let (api, login_limit) = match layers(store, policies) {
+    let (api, login_limit) = match layers(store, policies, args.instances) {
         Ok(layers) => layers,
         Err(e) => {
             eprintln!("invalid rate-limit configuration: {e}");

@@ -10,12 +10,12 @@ use crate::error::ConfigError;
 use crate::quota::Quota;
 use crate::store::Store;
 
-use super::breaker::{Breaker, CircuitBreaker};
 #[cfg(feature = "deny-cache")]
 use super::deny_cache::{self, DenyCache};
 use super::{
     Counters, DEFAULT_TIMEOUT, FailurePolicy, Fallback, Inner, Limiter, Timer, acquire, telemetry,
 };
+use crate::health::{CircuitBreaker, Health};
 
 /// Builds a [`Limiter`]. See [`Limiter::builder`].
 #[derive(Debug)]
@@ -24,12 +24,14 @@ pub struct LimiterBuilder {
     quotas: Vec<Quota>,
     shadow: Vec<bool>,
     namespace: String,
-    policy: FailurePolicy,
+    policy: Option<FailurePolicy>,
     timeout: Duration,
     timer: Option<Arc<dyn Timer>>,
     clock: Option<Arc<dyn Clock>>,
     breaker: Option<CircuitBreaker>,
     fallback: Option<(Arc<dyn Store>, u32)>,
+    instances: Option<u32>,
+    fallback_callers: usize,
     #[cfg(feature = "deny-cache")]
     deny_cache: Option<DenyCache>,
 }
@@ -41,12 +43,14 @@ impl LimiterBuilder {
             quotas: Vec::new(),
             shadow: Vec::new(),
             namespace: "rl".to_owned(),
-            policy: FailurePolicy::FailOpen,
+            policy: None,
             timeout: DEFAULT_TIMEOUT,
             timer: None,
             clock: None,
             breaker: Some(CircuitBreaker::DEFAULT),
             fallback: None,
+            instances: None,
+            fallback_callers: super::fallback_store::DEFAULT_FALLBACK_CALLERS,
             #[cfg(feature = "deny-cache")]
             deny_cache: None,
         }
@@ -90,10 +94,37 @@ impl LimiterBuilder {
         Ok(self)
     }
 
-    /// What to answer when the store (and the fallback store) fails, times
-    /// out or is skipped by the open breaker (default: fail open).
+    /// What to answer when the store cannot decide (an error, a timeout,
+    /// an open breaker) and no fallback store can either. **Choosing it is
+    /// a decision**: [`FailurePolicy::FailOpen`] admits uncounted calls
+    /// while the store is down. Without a fallback store
+    /// ([`LimiterBuilder::instances`]) a limiter over a store that can be
+    /// unavailable must be given one or the other: [`LimiterBuilder::build`]
+    /// refuses to guess. With a fallback store, it decides only what the
+    /// fallback cannot (default: deny).
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.policy = policy;
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The degraded mode by default: while the shared store is unavailable
+    /// (an error, a timeout, an open breaker), decide in process, on the
+    /// limiter's own [`super::FallbackStore`], under each quota divided by
+    /// `instances`, the number of application instances sharing the quota:
+    /// together they then admit about what the shared store would, and
+    /// never more than the quota times the instances. Decisions say
+    /// [`crate::Source::Fallback`] and their headers give the divided
+    /// numbers. Give the number once, where the limiter is built.
+    pub fn instances(mut self, instances: u32) -> Self {
+        self.instances = Some(instances.max(1));
+        self
+    }
+
+    /// The most callers the built-in fallback store tracks (default
+    /// 100,000); a new caller beyond it is answered by the failure policy
+    /// (see [`super::FallbackStore`]).
+    pub fn fallback_callers(mut self, max: usize) -> Self {
+        self.fallback_callers = max;
         self
     }
 
@@ -103,9 +134,13 @@ impl LimiterBuilder {
         self
     }
 
-    /// The circuit breaker (default [`CircuitBreaker::DEFAULT`]: open after
-    /// 5 consecutive failures, for 1 s). While open, decisions cost no
-    /// network time.
+    /// The circuit breaker for a store that judges no failure domains of
+    /// its own (default [`CircuitBreaker::DEFAULT`]: open when at least 50 %
+    /// of at least 20 calls in the last second failed; probe every 100 ms).
+    /// While open, decisions cost no network time. A store that reports
+    /// [`crate::store::Capabilities::failure_domains`] (the Redis stores:
+    /// one breaker per node) or answers in process gets none from the
+    /// limiter.
     pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
         self.breaker = Some(breaker);
         self
@@ -117,13 +152,9 @@ impl LimiterBuilder {
         self
     }
 
-    /// While the shared store is unavailable (error, timeout, open
-    /// breaker), decide with `store` (an in-process store) under each quota
-    /// divided by `instances`, the number of application instances sharing
-    /// the quota: together they then admit about what the shared store
-    /// would. Decisions say [`crate::Source::Fallback`], and their headers
-    /// give the divided numbers. The failure policy applies only if the
-    /// fallback store fails too.
+    /// [`LimiterBuilder::instances`] with a fallback store of your own (an
+    /// in-process store, such as `ratelimit-local`'s `LocalStore` with a
+    /// bound on its callers) instead of the built-in one.
     pub fn fallback(mut self, store: impl Store + 'static, instances: u32) -> Self {
         self.fallback = Some((Arc::new(store), instances.max(1)));
         self
@@ -182,7 +213,25 @@ impl LimiterBuilder {
             .clock
             .or_else(|| capabilities.clock.clone())
             .unwrap_or_else(|| Arc::new(SystemClock));
-        let fallback = match self.fallback {
+        if !capabilities.in_process
+            && self.fallback.is_none()
+            && self.instances.is_none()
+            && self.policy.is_none()
+        {
+            return Err(ConfigError::NoDegradedMode);
+        }
+        let fallback_store = match (self.fallback, self.instances) {
+            (Some((store, n)), _) => Some((store, n)),
+            (None, Some(n)) => Some((
+                Arc::new(super::FallbackStore::new(
+                    clock.clone(),
+                    self.fallback_callers,
+                )) as Arc<dyn Store>,
+                n,
+            )),
+            (None, None) => None,
+        };
+        let fallback = match fallback_store {
             Some((store, instances)) => Some(Fallback {
                 quotas: self
                     .quotas
@@ -212,7 +261,7 @@ impl LimiterBuilder {
                 fingerprints,
                 prefix: super::Prefix::new(&self.namespace),
                 namespace: self.namespace,
-                policy: self.policy,
+                policy: self.policy.unwrap_or(FailurePolicy::FailClosed),
                 timeout: self.timeout,
                 timer,
                 clock,
@@ -221,11 +270,12 @@ impl LimiterBuilder {
                 last_warning: AtomicU64::new(0),
                 last_shadow_log: AtomicU64::new(0),
                 // An in-process store is never unavailable: its failures are
-                // bugs or bad input, which a breaker would only hide.
-                breaker: if capabilities.in_process {
+                // bugs or bad input, which a breaker would only hide. A store
+                // with failure domains keeps a breaker per domain itself.
+                breaker: if capabilities.in_process || capabilities.failure_domains {
                     None
                 } else {
-                    self.breaker.map(Breaker::new)
+                    self.breaker.map(Health::new)
                 },
                 fallback,
                 #[cfg(feature = "deny-cache")]

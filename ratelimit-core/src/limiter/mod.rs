@@ -4,11 +4,11 @@
 //! metrics and traces).
 
 mod acquire;
-mod breaker;
 mod builder;
 mod check;
 #[cfg(feature = "deny-cache")]
 mod deny_cache;
+mod fallback_store;
 mod path;
 mod stats;
 mod telemetry;
@@ -20,11 +20,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 pub use acquire::AcquireError;
-pub use breaker::{BreakerState, CircuitBreaker};
 pub use builder::LimiterBuilder;
 pub use check::Check;
 #[cfg(feature = "deny-cache")]
 pub use deny_cache::DenyCache;
+pub use fallback_store::{DEFAULT_FALLBACK_CALLERS, FallbackStore};
 pub use stats::LimiterStats;
 #[cfg(feature = "tokio")]
 pub use timer::TokioTimer;
@@ -39,7 +39,7 @@ use crate::store::Store;
 
 use tracing::Instrument;
 
-use breaker::Breaker;
+use crate::health::{BreakerState, Health};
 use check::KeyBuf;
 pub(crate) use check::Prefix;
 use stats::Counters;
@@ -136,7 +136,7 @@ struct Inner {
     in_process: AtomicBool,
     last_warning: AtomicU64,
     last_shadow_log: AtomicU64,
-    breaker: Option<Breaker>,
+    breaker: Option<Health>,
     fallback: Option<Fallback>,
     #[cfg(feature = "deny-cache")]
     deny_cache: Option<deny_cache::Cache>,

@@ -17,17 +17,22 @@ use crate::model::Charge;
 use crate::quota::Quota;
 use crate::store::{Answer, Deadline, Decisions, Request, first};
 
-use super::breaker::Permit;
 use super::check::{Check, INLINE_KEY, KeyBuf, key_in};
 use super::stats::bump;
 use super::telemetry;
 use super::timer::{Guard, Guarded};
 use super::{FailurePolicy, Limiter};
+use crate::health::Permit;
 
 /// Why a store request produced no decision.
 pub(crate) enum Failure {
     Error(StoreError),
-    Timeout,
+    /// No answer within the timeout; `late`: the timer fired well after it
+    /// was due (this process was starved), so it is no evidence against
+    /// the store.
+    Timeout {
+        late: bool,
+    },
     Panicked,
     /// The circuit breaker is open: the store was not asked.
     Open,
@@ -38,7 +43,15 @@ impl Failure {
     fn describe(&self, timeout: Duration) -> (String, bool) {
         match self {
             Self::Error(e) => (e.to_string(), e.is_transient()),
-            Self::Timeout => (StoreError::Timeout(timeout).to_string(), true),
+            Self::Timeout { late: false } => (StoreError::Timeout(timeout).to_string(), true),
+            Self::Timeout { late: true } => (
+                format!(
+                    "{} (the timer fired late: this process was starved, not counted against the \
+                     store)",
+                    StoreError::Timeout(timeout)
+                ),
+                true,
+            ),
             Self::Panicked => ("the store panicked".to_owned(), false),
             Self::Open => (
                 "circuit breaker open: the store failed repeatedly and is not asked until its \
@@ -409,7 +422,7 @@ impl Limiter {
             )),
             Guard::Done(Err(e)) => Err(self.failed(Failure::Error(e), permit)),
             Guard::Panicked => Err(self.failed(Failure::Panicked, permit)),
-            Guard::TimedOut => Err(self.failed(Failure::Timeout, permit)),
+            Guard::TimedOut { late } => Err(self.failed(Failure::Timeout { late }, permit)),
         }
     }
 
@@ -418,7 +431,7 @@ impl Limiter {
     fn answered(&self, permit: Option<Permit<'_>>) {
         let inner = &*self.inner;
         if let Some(b) = &inner.breaker {
-            if b.success() {
+            if b.success(inner.clock.now()) {
                 tracing::info!(namespace = %inner.namespace, "rate-limit store answers again: circuit breaker closed");
                 telemetry::breaker(&inner.labels, false);
             }
@@ -432,16 +445,25 @@ impl Limiter {
     fn failed(&self, failure: Failure, permit: Option<Permit<'_>>) -> Failure {
         let inner = &*self.inner;
         let probe = matches!(permit, Some(Permit::Probe(_)));
-        let (counter, kind) = match failure {
+        let (counter, kind) = match &failure {
             Failure::Error(_) => (&inner.counters.local().errors, "error"),
             Failure::Panicked => (&inner.counters.local().errors, "panic"),
-            Failure::Timeout => (&inner.counters.local().timeouts, "timeout"),
+            Failure::Timeout { late: false } => (&inner.counters.local().timeouts, "timeout"),
+            Failure::Timeout { late: true } => (&inner.counters.local().timeouts, "late"),
             // A short circuit: counted by `permit`, the store was not asked.
             Failure::Open => return failure,
         };
         bump(counter);
         telemetry::store_failure(&inner.labels, kind);
-        if let Some(b) = &inner.breaker {
+        // Evidence against the store: not a timeout this process caused by
+        // being late, nor an error that says the request itself was bad.
+        let evidence = match &failure {
+            Failure::Timeout { late } => !late,
+            Failure::Error(e) => e.is_transient() && !matches!(e, StoreError::Expired),
+            Failure::Panicked => true,
+            Failure::Open => false,
+        };
+        if let Some(b) = inner.breaker.as_ref().filter(|_| evidence || probe) {
             if b.failure(inner.clock.now(), probe) {
                 tracing::warn!(namespace = %inner.namespace, probe, "rate-limit store failing: circuit breaker open");
                 telemetry::breaker(&inner.labels, true);

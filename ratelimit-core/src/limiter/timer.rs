@@ -16,6 +16,14 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 pub trait Timer: Send + Sync + fmt::Debug {
     /// A future that completes after `duration`.
     fn sleep(&self, duration: Duration) -> Sleep;
+
+    /// The timer's own notion of now (default `Instant::now()`): how late a
+    /// sleep fired is measured with it, so that a timeout caused by this
+    /// process being late (a starved runtime) is not held against the
+    /// store.
+    fn now(&self) -> std::time::Instant {
+        std::time::Instant::now()
+    }
 }
 
 /// The tokio timer (feature `tokio`). Needs a tokio runtime with time enabled.
@@ -28,13 +36,22 @@ impl Timer for TokioTimer {
     fn sleep(&self, duration: Duration) -> Sleep {
         Box::pin(tokio::time::sleep(duration))
     }
+
+    fn now(&self) -> std::time::Instant {
+        tokio::time::Instant::now().into_std()
+    }
 }
 
 /// How a guarded store call ended.
 pub(crate) enum Guard<T> {
     Done(T),
     Panicked,
-    TimedOut,
+    /// The timeout fired; `late`: well after it was due (see
+    /// [`crate::health::late_after`]), so this process, not the store, was
+    /// slow.
+    TimedOut {
+        late: bool,
+    },
 }
 
 /// Polls the store call, catching panics, racing it against the timer. The
@@ -42,7 +59,7 @@ pub(crate) enum Guard<T> {
 /// answers at once (the in-process one) never pays for a sleep.
 pub(crate) struct Guarded<'a, F> {
     pub(crate) call: F,
-    pub(crate) sleep: Option<Sleep>,
+    pub(crate) sleep: Option<(Sleep, std::time::Instant)>,
     pub(crate) timer: &'a dyn Timer,
     pub(crate) timeout: Duration,
 }
@@ -58,9 +75,16 @@ impl<F: Future + Unpin> Future for Guarded<'_, F> {
             Err(_) => return Poll::Ready(Guard::Panicked),
         }
         let (timer, timeout) = (this.timer, this.timeout);
-        let sleep = this.sleep.get_or_insert_with(|| timer.sleep(timeout));
+        let (sleep, armed) = this
+            .sleep
+            .get_or_insert_with(|| (timer.sleep(timeout), timer.now()));
         match sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Guard::TimedOut),
+            Poll::Ready(()) => {
+                let due = *armed + timeout;
+                let late =
+                    timer.now().saturating_duration_since(due) > crate::health::late_after(timeout);
+                Poll::Ready(Guard::TimedOut { late })
+            }
             Poll::Pending => Poll::Pending,
         }
     }

@@ -327,6 +327,7 @@ pub(crate) fn configure(
         .clock(clock.clone())
         .timeout(LIMITER_TIMEOUT)
         .no_circuit_breaker()
+        .failure_policy(ratelimit_core::FailurePolicy::FailOpen)
 }
 
 /// One store on `clock` from the factory.
