@@ -1,0 +1,2 @@
+//! Load generator (filled in later).
+fn main() {}

@@ -1,0 +1,11 @@
+#![doc = include_str!("../README.md")]
+
+pub mod config;
+pub mod http;
+pub mod json;
+pub mod metrics;
+pub mod server;
+pub mod service;
+
+pub use config::{Config, ConfigError, LoadOptions};
+pub use service::{Degraded, RateLimitService, Settings};

@@ -1,0 +1,282 @@
+//! Serving: the gRPC server (`ShouldRateLimit` and `grpc.health.v1`), the
+//! HTTP server, graceful shutdown, and reloading the configuration when its
+//! files change.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService as RlsApi, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
+
+use crate::config::{Config, LoadOptions, config_files};
+use crate::service::{RateLimitService, ServiceError};
+
+/// The full gRPC name of Envoy's rate limit service, under which health is
+/// reported (as well as under the empty name, the whole server).
+pub const RLS_SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
+/// The gRPC front end of a [`RateLimitService`].
+#[derive(Debug, Clone)]
+pub struct Grpc(pub Arc<RateLimitService>);
+
+#[tonic::async_trait]
+impl RlsApi for Grpc {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        match self.0.should_rate_limit(request.get_ref()).await {
+            Ok(r) => Ok(tonic::Response::new(r)),
+            Err(ServiceError::Invalid(e)) => Err(tonic::Status::invalid_argument(e.to_string())),
+            Err(e) => Err(tonic::Status::internal(e.to_string())),
+        }
+    }
+}
+
+/// How a server shuts down.
+#[derive(Debug, Clone, Copy)]
+pub struct ShutdownOptions {
+    /// After the shutdown signal, how long health checks report
+    /// `NOT_SERVING` while requests are still answered, so that load
+    /// balancers and Envoy's health checker stop sending (default 0).
+    pub drain_delay: Duration,
+    /// Then, how long requests in flight are given to finish once the
+    /// listeners close (default 10 s).
+    pub grace: Duration,
+}
+
+impl Default for ShutdownOptions {
+    fn default() -> Self {
+        Self {
+            drain_delay: Duration::ZERO,
+            grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Serves `service` over gRPC on `grpc` and over HTTP on `http` until
+/// `shutdown` completes; then reports `NOT_SERVING`, waits the drain delay,
+/// stops accepting connections and lets requests in flight finish (at most
+/// the grace period).
+pub async fn serve(
+    service: Arc<RateLimitService>,
+    grpc: TcpListener,
+    http: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+    options: ShutdownOptions,
+) -> std::io::Result<()> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status(RLS_SERVICE_NAME, ServingStatus::Serving)
+        .await;
+    reporter
+        .set_service_status("", ServingStatus::Serving)
+        .await;
+    service.set_serving(true);
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let grpc_server = tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(RateLimitServiceServer::new(Grpc(service.clone())))
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(grpc).with_nodelay(Some(true)),
+            stopped(stop_rx.clone()),
+        );
+    let grpc_task = tokio::spawn(grpc_server);
+    let http_server = axum::serve(http, crate::http::router(service.clone()))
+        .with_graceful_shutdown(stopped(stop_rx.clone()))
+        .into_future();
+    let http_task = tokio::spawn(http_server);
+
+    shutdown.await;
+    tracing::info!(
+        drain_delay = ?options.drain_delay,
+        "shutting down: health checks report NOT_SERVING"
+    );
+    service.set_serving(false);
+    reporter
+        .set_service_status(RLS_SERVICE_NAME, ServingStatus::NotServing)
+        .await;
+    reporter
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
+    tokio::time::sleep(options.drain_delay).await;
+    let _ = stop_tx.send(true);
+    let both = async {
+        let g = grpc_task.await;
+        let h = http_task.await;
+        (g, h)
+    };
+    match tokio::time::timeout(options.grace, both).await {
+        Ok((g, h)) => {
+            if let Ok(Err(e)) = g {
+                return Err(std::io::Error::other(e));
+            }
+            if let Ok(Err(e)) = h {
+                return Err(e);
+            }
+            tracing::info!("stopped: every request in flight was answered");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::warn!(grace = ?options.grace, "requests still in flight after the grace period: stopping anyway");
+            Ok(())
+        }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// A fingerprint of the configuration files' names and contents, to tell a
+/// change from a touch.
+fn fingerprint(paths: &[PathBuf]) -> Option<Vec<(PathBuf, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for p in paths {
+        for f in config_files(p).ok()? {
+            let bytes = std::fs::read(&f).ok()?;
+            out.push((f, bytes));
+        }
+    }
+    Some(out)
+}
+
+/// Reloads `service`'s configuration from `paths`: on success the new
+/// configuration is in force for every request from now on (requests in
+/// flight finish under the old one); on error the old one stays, the error
+/// is logged and counted. Returns the error, if any.
+pub fn reload(
+    service: &RateLimitService,
+    paths: &[PathBuf],
+    options: LoadOptions,
+) -> Result<(), crate::config::ConfigError> {
+    match Config::load(paths, options) {
+        Ok(config) => {
+            tracing::info!(
+                domains = config.domains().len(),
+                limits = config.limit_count(),
+                "configuration reloaded"
+            );
+            service.replace_config(config);
+            Ok(())
+        }
+        Err(e) => {
+            crate::metrics::config_load_failed();
+            tracing::error!("configuration not reloaded, the previous one stays in force: {e}");
+            Err(e)
+        }
+    }
+}
+
+/// Watches the configuration files (and, for a file, its directory, so that
+/// an editor's rename or a Kubernetes ConfigMap's symlink swap is seen) and
+/// reloads on every change of their contents; SIGHUP forces a reload. The
+/// watch ends when the returned guard is dropped.
+pub fn watch_config(
+    service: Arc<RateLimitService>,
+    paths: Vec<PathBuf>,
+    options: LoadOptions,
+) -> notify::Result<ConfigWatch> {
+    use notify::Watcher;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<bool>();
+    let event_tx = tx.clone();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok() {
+            let _ = event_tx.send(false);
+        }
+    })?;
+    for p in &paths {
+        let dir = if p.is_dir() {
+            p.clone()
+        } else {
+            match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+                _ => PathBuf::from("."),
+            }
+        };
+        watcher.watch(&dir, notify::RecursiveMode::NonRecursive)?;
+    }
+    #[cfg(unix)]
+    let hup_task = tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut hup) = signal(SignalKind::hangup()) {
+            while hup.recv().await.is_some() {
+                if tx.send(true).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let task = tokio::spawn(async move {
+        let mut last = fingerprint(&paths);
+        while let Some(forced) = rx.recv().await {
+            // Let a burst of events (an editor's write, rename and chmod)
+            // settle, then read once.
+            let mut forced = forced;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            while let Ok(f) = rx.try_recv() {
+                forced |= f;
+            }
+            let now = fingerprint(&paths);
+            if !forced && now.is_some() && now == last {
+                continue;
+            }
+            let _ = reload(&service, &paths, options);
+            last = now;
+        }
+    });
+    Ok(ConfigWatch {
+        _watcher: watcher,
+        task,
+        #[cfg(unix)]
+        hup_task,
+    })
+}
+
+/// Keeps the configuration watched; dropping it ends the watch.
+#[derive(Debug)]
+pub struct ConfigWatch {
+    _watcher: notify::RecommendedWatcher,
+    task: tokio::task::JoinHandle<()>,
+    #[cfg(unix)]
+    hup_task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ConfigWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+        #[cfg(unix)]
+        self.hup_task.abort();
+    }
+}
