@@ -22,6 +22,11 @@ set -euo pipefail
 # stores send one with every call; the check is one comparison).
 DL=9000000000000000
 cd "$(dirname "$0")/.."
+# The store's scripts, as assembled from their parts.
+SRC=$(mktemp -d)
+for s in token_bucket sliding_log fixed_window sliding_window batch; do
+    cargo run -q --release -p ratelimit-benches --bin script_source -- "$s" >"$SRC/$s.lua"
+done
 ROUNDS="${1:-3}"
 N=10000
 
@@ -29,14 +34,14 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 DIR=$(mktemp -d)
 redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no \
     --daemonize yes --pidfile "$DIR/redis.pid" --logfile "$DIR/redis.log" --dir "$DIR"
-trap 'kill "$(cat "$DIR/redis.pid")" 2>/dev/null; rm -rf "$DIR"' EXIT
+trap 'kill "$(cat "$DIR/redis.pid")" 2>/dev/null; rm -rf "$DIR" "$SRC"' EXIT
 cli() { redis-cli -p "$PORT" "$@"; }
 for _ in $(seq 50); do cli ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-SHA_TB=$(cli SCRIPT LOAD "$(cat ratelimit-redis/src/scripts/token_bucket.lua)")
-SHA_FW=$(cli SCRIPT LOAD "$(cat ratelimit-redis/src/scripts/fixed_window.lua)")
-SHA_SW=$(cli SCRIPT LOAD "$(cat ratelimit-redis/src/scripts/sliding_window.lua)")
-SHA_MULTI=$(cli SCRIPT LOAD "$(cat ratelimit-redis/src/scripts/multi.lua)")
+SHA_TB=$(cli SCRIPT LOAD "$(cat $SRC/token_bucket.lua)")
+SHA_FW=$(cli SCRIPT LOAD "$(cat $SRC/fixed_window.lua)")
+SHA_SW=$(cli SCRIPT LOAD "$(cat $SRC/sliding_window.lua)")
+SHA_MULTI=$(cli SCRIPT LOAD "$(cat $SRC/batch.lua)")
 
 per_call() { # <redis-benchmark args...>
     cli FLUSHALL >/dev/null
@@ -51,9 +56,9 @@ WIN_ARGS=(1 1000000000 1000000)
 single="" multi1="" multi3="" three=""
 for r in $(seq "$ROUNDS"); do
     s=$(per_call EVALSHA "$SHA_TB" 1 "b:{c}:tb2" "" 0 "$DL" "${TB_ARGS[@]}")
-    m1=$(per_call EVALSHA "$SHA_MULTI" 1 "b:{c}:tb2" "" 0 "$DL" 4 0 "${TB_ARGS[@]}")
-    m3=$(per_call EVALSHA "$SHA_MULTI" 3 "b:{c}:fw" "b:{c}:sw" "b:{c}:tb2" "" 0 "$DL" \
-        1 0 "${WIN_ARGS[@]}" 2 0 "${WIN_ARGS[@]}" 4 0 "${TB_ARGS[@]}")
+    m1=$(per_call EVALSHA "$SHA_MULTI" 1 "b:{c}:tb2" 0 "" "$DL" 1 4 0 "${TB_ARGS[@]}")
+    m3=$(per_call EVALSHA "$SHA_MULTI" 3 "b:{c}:fw" "b:{c}:sw" "b:{c}:tb2" 0 "" "$DL" 3 \
+        1 0 "${WIN_ARGS[@]}" "" 2 0 "${WIN_ARGS[@]}" "" 4 0 "${TB_ARGS[@]}")
     f=$(per_call EVALSHA "$SHA_FW" 1 "b:{c}:fw" "" 0 "$DL" "${WIN_ARGS[@]}")
     w=$(per_call EVALSHA "$SHA_SW" 1 "b:{c}:sw" "" 0 "$DL" "${WIN_ARGS[@]}")
     t=$(python3 -c "print(round($f + $w + $s, 2))")

@@ -22,6 +22,11 @@ set -euo pipefail
 # stores send one with every call; the check is one comparison).
 DL=9000000000000000
 cd "$(dirname "$0")/.."
+# The store's scripts, as assembled from their parts.
+SRC=$(mktemp -d)
+for s in token_bucket sliding_log fixed_window sliding_window batch; do
+    cargo run -q --release -p ratelimit-benches --bin script_source -- "$s" >"$SRC/$s.lua"
+done
 ROUNDS="${1:-3}"
 N=40000 # calls per server-time measurement
 
@@ -29,12 +34,12 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 DIR=$(mktemp -d)
 redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no \
     --daemonize yes --pidfile "$DIR/redis.pid" --logfile "$DIR/redis.log" --dir "$DIR"
-trap 'kill "$(cat "$DIR/redis.pid")" 2>/dev/null; rm -rf "$DIR"' EXIT
+trap 'kill "$(cat "$DIR/redis.pid")" 2>/dev/null; rm -rf "$DIR" "$SRC"' EXIT
 cli() { redis-cli -p "$PORT" "$@"; }
 for _ in $(seq 50); do cli ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-OURS=ratelimit-redis/src/scripts/token_bucket.lua
-LOG=ratelimit-redis/src/scripts/sliding_log.lua
+OURS=$SRC/token_bucket.lua
+LOG=$SRC/sliding_log.lua
 NAIVE=benches/lua/naive_token_bucket.lua
 SHA_TB=$(cli SCRIPT LOAD "$(cat $OURS)")
 SHA_SL=$(cli SCRIPT LOAD "$(cat $LOG)")

@@ -12,6 +12,11 @@ set -euo pipefail
 # stores send one with every call; the check is one comparison).
 DL=9000000000000000
 cd "$(dirname "$0")/.."
+# The store's scripts, as assembled from their parts.
+SRC=$(mktemp -d)
+for s in token_bucket sliding_log fixed_window sliding_window batch; do
+    cargo run -q --release -p ratelimit-benches --bin script_source -- "$s" >"$SRC/$s.lua"
+done
 N="${1:-5000}"
 
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -20,21 +25,21 @@ valgrind --tool=callgrind --callgrind-out-file="$DIR/cg.out" \
     redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
     >"$DIR/server.log" 2>&1 &
 VG=$!
-trap 'kill "$VG" 2>/dev/null; rm -rf "$DIR"' EXIT
+trap 'kill "$VG" 2>/dev/null; rm -rf "$DIR" "$SRC"' EXIT
 cli() { redis-cli -p "$PORT" "$@"; }
 for _ in $(seq 300); do cli ping >/dev/null 2>&1 && break; sleep 0.2; done
 
-OURS=ratelimit-redis/src/scripts/token_bucket.lua
+OURS=$SRC/token_bucket.lua
 NAIVE=benches/lua/naive_token_bucket.lua
 PROTO=benches/lua/prototype_token_bucket_one_integer.lua
-LOG=ratelimit-redis/src/scripts/sliding_log.lua
+LOG=$SRC/sliding_log.lua
 SHA_TB=$(cli SCRIPT LOAD "$(cat $OURS)")
 SHA_NAIVE=$(cli SCRIPT LOAD "$(cat $NAIVE)")
 SHA_PROTO=$(cli SCRIPT LOAD "$(cat $PROTO)")
 SHA_LOG=$(cli SCRIPT LOAD "$(cat $LOG)")
-SHA_MULTI=$(cli SCRIPT LOAD "$(cat ratelimit-redis/src/scripts/multi.lua)")
-SHA_FW=$(cli SCRIPT LOAD "$(cat ratelimit-redis/src/scripts/fixed_window.lua)")
-SHA_SW=$(cli SCRIPT LOAD "$(cat ratelimit-redis/src/scripts/sliding_window.lua)")
+SHA_MULTI=$(cli SCRIPT LOAD "$(cat $SRC/batch.lua)")
+SHA_FW=$(cli SCRIPT LOAD "$(cat $SRC/fixed_window.lua)")
+SHA_SW=$(cli SCRIPT LOAD "$(cat $SRC/sliding_window.lua)")
 SHA_TRIVIAL=$(cli SCRIPT LOAD "return {1, 0, 0, -1}")
 cli FUNCTION LOAD REPLACE "#!lua name=ratelimit_bench
 local function token_bucket(KEYS, ARGV)
@@ -117,6 +122,6 @@ WIN_ARGS=(1 1000000000 1000000)
 measure "single token bucket script (a 1-quota call)" EVALSHA "$SHA_TB" 1 "m:{c}:tb2" "" 0 "$DL" "${TB_ARGS[@]}"
 measure "single fixed window script" EVALSHA "$SHA_FW" 1 "m:{c}:fw" "" 0 "$DL" "${WIN_ARGS[@]}"
 measure "single sliding window script" EVALSHA "$SHA_SW" 1 "m:{c}:sw" "" 0 "$DL" "${WIN_ARGS[@]}"
-measure "multi-quota script, the token bucket alone" EVALSHA "$SHA_MULTI" 1 "m:{c}:tb2" "" 0 "$DL" 4 0 "${TB_ARGS[@]}"
-measure "multi-quota script, 3 quotas (a 3-quota call)" EVALSHA "$SHA_MULTI" 3 "m:{c}:fw" "m:{c}:sw" "m:{c}:tb2" "" 0 "$DL" \
-    1 0 "${WIN_ARGS[@]}" 2 0 "${WIN_ARGS[@]}" 4 0 "${TB_ARGS[@]}"
+measure "batch script, the token bucket alone" EVALSHA "$SHA_MULTI" 1 "m:{c}:tb2" 0 "" "$DL" 1 4 0 "${TB_ARGS[@]}"
+measure "batch script, 3 quotas (a 3-quota call)" EVALSHA "$SHA_MULTI" 3 "m:{c}:fw" "m:{c}:sw" "m:{c}:tb2" 0 "" "$DL" 3 \
+    1 0 "${WIN_ARGS[@]}" "" 2 0 "${WIN_ARGS[@]}" "" 4 0 "${TB_ARGS[@]}"

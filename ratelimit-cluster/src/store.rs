@@ -187,7 +187,7 @@ impl ClusterStore {
 impl Transport for Router {
     /// The master of the call's slot, as the store's slot map says;
     /// refreshes the map in the background when due.
-    fn domain(&self, call: &Call) -> Arc<str> {
+    fn domain(&self, slot: u16) -> Arc<str> {
         if self.slots.claim_refresh() {
             let router = self.clone();
             tokio::spawn(async move {
@@ -195,7 +195,12 @@ impl Transport for Router {
                 router.slots.refresh_done();
             });
         }
-        self.slots.owner(call.slot())
+        self.slots.owner(slot)
+    }
+
+    /// A cluster call holds one hash slot.
+    fn any_slot(&self) -> bool {
+        false
     }
 
     async fn eval(

@@ -45,8 +45,9 @@ pub fn decision(reply: &[i64], limit: u64) -> Result<Decision, StoreError> {
     ))
 }
 
-/// Builds the decisions from a [`crate::scripts::MULTI`] reply: 4
-/// integers per charge, in order, each group as [`decision`] takes it.
+/// Builds the decisions of one request of a [`crate::scripts::BATCH`]
+/// reply: 4 integers per charge, in order, each group as [`decision`]
+/// takes it.
 ///
 /// A reply of another length is a non-transient error.
 ///
@@ -74,6 +75,62 @@ pub fn decisions(reply: &[i64], charges: &[Charge<'_>]) -> Result<Vec<Decision>,
         .zip(charges)
         .map(|(r, c)| decision(r, c.quota.limit()))
         .collect()
+}
+
+/// One request's outcome in a batch reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome<'a> {
+    /// Decided: 4 integers per quota.
+    Decided(&'a [i64]),
+    /// Past its deadline: nothing written.
+    Expired,
+}
+
+/// Splits a [`crate::scripts::BATCH`] reply into each request's outcome
+/// (`quotas[i]` quotas for request `i`) and the server's `TIME`.
+///
+/// A reply of another shape is a non-transient error.
+///
+/// ```
+/// use ratelimit_redis::decode::{Outcome, batch};
+/// let (outcomes, now) = batch(&[1, 1, 9, 5, -1, -1, 77], &[1, 1]).unwrap();
+/// assert_eq!(outcomes, vec![Outcome::Decided(&[1, 9, 5, -1]), Outcome::Expired]);
+/// assert_eq!(now, 77);
+/// ```
+pub fn batch<'a>(
+    reply: &'a [i64],
+    quotas: &[usize],
+) -> Result<(Vec<Outcome<'a>>, i64), StoreError> {
+    let bad = || {
+        StoreError::message(
+            format!(
+                "unexpected rate-limit batch reply of {} integers for {} requests",
+                reply.len(),
+                quotas.len()
+            ),
+            false,
+        )
+    };
+    let (&server_now, mut rest) = reply.split_last().ok_or_else(bad)?;
+    let mut out = Vec::with_capacity(quotas.len());
+    for &n in quotas {
+        let (&status, tail) = rest.split_first().ok_or_else(bad)?;
+        match status {
+            1 if tail.len() >= 4 * n => {
+                out.push(Outcome::Decided(&tail[..4 * n]));
+                rest = &tail[4 * n..];
+            }
+            -1 => {
+                out.push(Outcome::Expired);
+                rest = tail;
+            }
+            _ => return Err(bad()),
+        }
+    }
+    if !rest.is_empty() {
+        return Err(bad());
+    }
+    Ok((out, server_now))
 }
 
 /// A script's reply, split (see [`crate::scripts`]).

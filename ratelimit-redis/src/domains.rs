@@ -64,6 +64,8 @@ pub struct Domain {
     suspect_since: AtomicU64,
     /// When a call to it last timed out (µs; 0: never).
     last_timeout: AtomicU64,
+    /// Requests waiting for its next call (group commit).
+    queue: crate::batch::Queue,
 }
 
 impl Domain {
@@ -76,6 +78,7 @@ impl Domain {
             suspects: AtomicU64::new(0),
             suspect_since: AtomicU64::new(0),
             last_timeout: AtomicU64::new(0),
+            queue: crate::batch::Queue::default(),
         }
     }
 
@@ -93,6 +96,11 @@ impl Domain {
     /// When it last replied (µs since the engine's base; 0: never).
     pub fn last_reply(&self) -> Micros {
         self.last_reply.load(Ordering::Acquire)
+    }
+
+    /// Requests waiting for its next call.
+    pub(crate) fn queue(&self) -> &crate::batch::Queue {
+        &self.queue
     }
 
     /// Calls waiting on it now.

@@ -32,6 +32,9 @@ use crate::scripts::{self, Call};
 /// a node is judged by its replies ([`crate::domains`]).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 100_000;
 
+/// The default most requests one batch call carries: 128.
+pub const DEFAULT_MAX_BATCH: usize = 128;
+
 /// How a store sends one script call and gets its raw integer reply.
 ///
 /// Owned (`Arc`) so that a call whose caller gave up can be followed to its
@@ -48,9 +51,15 @@ pub trait Transport: Send + Sync + 'static {
         deadline: Instant,
     ) -> Result<Vec<i64>, StoreError>;
 
-    /// The failure domain `call` goes to: the node (`host:port`) serving
-    /// its slot.
-    fn domain(&self, call: &Call) -> Arc<str>;
+    /// The failure domain a call on `slot` goes to: the node
+    /// (`host:port`) serving it.
+    fn domain(&self, slot: u16) -> Arc<str>;
+
+    /// Whether one call may carry keys of several hash slots (a single
+    /// node: yes; a cluster: no, a batch holds one slot).
+    fn any_slot(&self) -> bool {
+        true
+    }
 }
 
 /// The state shared by an engine's clones.
@@ -79,6 +88,8 @@ pub struct Engine {
     clock: Option<Arc<dyn Clock>>,
     timeout: Duration,
     max_in_flight: usize,
+    max_batch: usize,
+    batch_only: bool,
     shared: Arc<Shared>,
 }
 
@@ -89,6 +100,7 @@ impl fmt::Debug for Engine {
             .field("clock", &self.clock)
             .field("timeout", &self.timeout)
             .field("max_in_flight", &self.max_in_flight)
+            .field("max_batch", &self.max_batch)
             .field("domains", &self.shared.domains.states())
             .finish()
     }
@@ -104,6 +116,8 @@ impl Engine {
             clock: None,
             timeout,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_batch: DEFAULT_MAX_BATCH,
+            batch_only: false,
             shared: Arc::new(Shared {
                 server_clock: ServerClock::new(server_clocks),
                 domains: Arc::new(Domains::new(CircuitBreaker::DEFAULT)),
@@ -201,10 +215,28 @@ impl Engine {
         scripts::injected_now(self.clock.as_ref())
     }
 
-    /// Answers one request: one script call whatever the number of
-    /// charges (the single-quota script for one, the several-quota script
-    /// for more), bounded by the request's deadline and the engine's
-    /// timeout.
+    /// Sets the most requests one batch call carries (default
+    /// [`DEFAULT_MAX_BATCH`], at least 1; 1 turns batching off).
+    pub fn set_max_batch(&mut self, max: usize) {
+        self.max_batch = max.max(1);
+    }
+
+    /// The most requests one batch call carries.
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// Sends every request through the batch script, alone ones too (a
+    /// batch of one) — to check the batch script against the conformance
+    /// suite; slower for one caller than the single-quota scripts.
+    pub fn set_batch_only(&mut self, on: bool) {
+        self.batch_only = on;
+    }
+
+    /// Answers one request: alone (the single-quota script, or a batch of
+    /// one for several quotas) when its node has no call in flight, else in
+    /// the node's next batch (group commit: see [`crate::batch`]); bounded
+    /// by the request's deadline and the engine's timeout.
     pub async fn decide(
         &self,
         transport: &Arc<dyn Transport>,
@@ -215,61 +247,26 @@ impl Engine {
         if request.deadline.has_passed() {
             return Err(StoreError::Expired);
         }
-        match request.charges {
-            [c] => {
-                let call = Call::one(&self.prefix, request.key, c.quota, c.cost, self.now()?);
-                let decisions = self.send(transport, call, deadline).await?;
-                decode::decision(&decisions, c.quota.limit()).map(Decisions::one)
-            }
-            charges => {
-                let call = Call::all(&self.prefix, request.key, charges, self.now()?);
-                let decisions = self.send(transport, call, deadline).await?;
-                decode::decisions(&decisions, charges).map(Decisions::from)
-            }
-        }
-    }
-
-    fn expired(&self) -> StoreError {
-        tracing::debug!("rate-limit script expired at the server: nothing counted");
-        StoreError::Expired
-    }
-
-    /// Sends `call` with its deadline in server time, through its node's
-    /// breaker and within the deadline; judges the outcome for the node
-    /// (see the type's docs); learns the server's clock from the reply and
-    /// returns its decision integers (4 per quota), or
-    /// [`StoreError::Expired`] when the script found the deadline passed.
-    async fn send(
-        &self,
-        transport: &Arc<dyn Transport>,
-        mut call: Call,
-        deadline: Option<Instant>,
-    ) -> Result<Vec<i64>, StoreError> {
         let start = Instant::now();
         let own = start + self.timeout;
         let deadline = deadline.map_or(own, |d| d.min(own));
-        let shared = &*self.shared;
-        let index = if shared.server_clock.clocks() == 1 {
-            0
-        } else {
-            usize::from(call.slot())
-        };
-        let Some(server_deadline) = shared.server_clock.server_deadline(index, deadline) else {
-            // Past already: nothing was sent.
-            return Err(StoreError::Expired);
-        };
-        call.set_deadline(server_deadline);
-        let domain = shared.domains.get(&transport.domain(&call));
-        let sent_at = shared.domains.micros(start);
-        if let Some(stalls) = domain.confirm_stall(sent_at) {
+        let mut req =
+            scripts::Request::new(&self.prefix, request.key, request.charges, self.now()?);
+        if self.batch_only {
+            req = req.through_batch();
+        }
+        let shared = &self.shared;
+        let domain = shared.domains.get(&transport.domain(req.slot()));
+        let now = shared.domains.micros(start);
+        if let Some(stalls) = domain.confirm_stall(now) {
             opened(
                 &domain,
                 &format!("{stalls} calls timed out and the node has not replied since"),
             );
         }
-        let permit = domain.health().permit(sent_at);
+        let permit = domain.health().permit(now);
         if let Permit::Open = permit {
-            return Err(unavailable(&domain, sent_at));
+            return Err(unavailable(&domain, now));
         }
         if domain.in_flight() >= u64::try_from(self.max_in_flight).unwrap_or(u64::MAX) {
             return Err(StoreError::message(
@@ -282,8 +279,57 @@ impl Engine {
                 true,
             ));
         }
-        let in_flight = domain.enter(sent_at);
-        let call = Arc::new(call);
+        let raw = if permit.is_probe() || self.max_batch == 1 || domain.queue().try_lead() {
+            // Alone: a probe, or the node has nothing in flight.
+            let lead = !permit.is_probe() && self.max_batch > 1;
+            let _guard = lead
+                .then(|| crate::batch::Lead::new(self.clone(), transport.clone(), domain.clone()));
+            let in_flight = domain.enter(now);
+            self.send_alone(transport, &domain, &req, deadline, permit, in_flight)
+                .await
+        } else {
+            drop(permit);
+            crate::batch::enqueue(self, transport, &domain, req.clone(), deadline).await
+        };
+        let raw = raw?;
+        if req.quotas() == 1 {
+            decode::decision(&raw, req.limits[0]).map(Decisions::one)
+        } else {
+            raw.chunks_exact(4)
+                .zip(&req.limits)
+                .map(|(r, &limit)| decode::decision(r, limit))
+                .collect()
+        }
+    }
+
+    fn expired(&self) -> StoreError {
+        tracing::debug!("rate-limit script expired at the server: nothing counted");
+        StoreError::Expired
+    }
+
+    /// Sends one request alone, with its deadline in server time, and
+    /// judges the outcome for the node (see the type's docs); learns the
+    /// server's clock from the reply. Returns the decision integers (4 per
+    /// quota), or [`StoreError::Expired`] when the script found the
+    /// deadline passed.
+    async fn send_alone(
+        &self,
+        transport: &Arc<dyn Transport>,
+        domain: &Arc<Domain>,
+        req: &scripts::Request,
+        deadline: Instant,
+        permit: Permit<'_>,
+        in_flight: crate::domains::InFlight,
+    ) -> Result<Vec<i64>, StoreError> {
+        let shared = &*self.shared;
+        let start = Instant::now();
+        let index = self.clock_index(req.slot());
+        let Some(server_deadline) = shared.server_clock.server_deadline(index, deadline) else {
+            // Past already: nothing was sent.
+            return Err(StoreError::Expired);
+        };
+        let call = Arc::new(Call::alone(req, server_deadline));
+        let sent_at = shared.domains.micros(start);
         let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
         let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
         let received = Instant::now();
@@ -294,17 +340,112 @@ impl Engine {
             // do not). The call stays in flight until then.
             follow(
                 eval,
-                Arc::clone(&domain),
+                Arc::clone(domain),
                 shared.domains.clone_base(),
-                in_flight,
+                vec![in_flight],
             );
         } else {
             drop(in_flight);
         }
-        let now = shared.domains.micros(received);
-        let probe = permit.is_probe();
-        let raw = match outcome {
-            Ok(Ok(raw)) => raw,
+        let raw = self.judge(
+            domain,
+            outcome,
+            start,
+            sent_at,
+            deadline,
+            received,
+            permit.is_probe(),
+        )?;
+        drop(permit);
+        self.decode_alone(req, raw, received)
+    }
+
+    /// The decision integers of one request sent alone ([`Call::alone`]),
+    /// or [`StoreError::Expired`]; learns the server's clock from the reply.
+    pub(crate) fn decode_alone(
+        &self,
+        req: &scripts::Request,
+        raw: Vec<i64>,
+        received: Instant,
+    ) -> Result<Vec<i64>, StoreError> {
+        let index = self.clock_index(req.slot());
+        let clocks = &self.shared.server_clock;
+        if req.is_single() {
+            let (decided, server_now) = match decode::split(&raw)? {
+                Reply::Decided {
+                    decisions,
+                    server_now,
+                } => (Some(decisions.len()), server_now),
+                Reply::Expired { server_now } => (None, Some(server_now)),
+            };
+            if let Some(t) = server_now {
+                clocks.observe(index, t, received);
+            }
+            match decided {
+                Some(n) => {
+                    // Drop the server's TIME after the decisions, if any.
+                    let mut decisions = raw;
+                    decisions.truncate(n);
+                    Ok(decisions)
+                }
+                None => Err(self.expired()),
+            }
+        } else {
+            let (outcomes, server_now) = decode::batch(&raw, &[req.quotas()])?;
+            clocks.observe(index, server_now, received);
+            match outcomes.first() {
+                Some(decode::Outcome::Decided(d)) => Ok(d.to_vec()),
+                _ => Err(self.expired()),
+            }
+        }
+    }
+
+    /// The server clock a call on `slot` is judged by.
+    pub(crate) fn clock_index(&self, slot: u16) -> usize {
+        if self.shared.server_clock.clocks() == 1 {
+            0
+        } else {
+            usize::from(slot)
+        }
+    }
+
+    /// The shared server clocks.
+    pub(crate) fn clocks(&self) -> &ServerClock {
+        &self.shared.server_clock
+    }
+
+    /// The failure domains' time base.
+    pub(crate) fn domains_base(&self) -> Instant {
+        self.shared.domains.clone_base()
+    }
+
+    /// Judges a call's outcome for its node (see the type's docs): the reply
+    /// as progress, an unreachable node or a stall as evidence, lateness
+    /// and a busy node as nothing. Returns the raw reply or the error.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn judge(
+        &self,
+        domain: &Arc<Domain>,
+        outcome: Result<Result<Vec<i64>, StoreError>, tokio::time::error::Elapsed>,
+        start: Instant,
+        sent_at: Micros,
+        deadline: Instant,
+        received: Instant,
+        probe: bool,
+    ) -> Result<Vec<i64>, StoreError> {
+        let _ = sent_at;
+        let now = self.shared.domains.micros(received);
+        match outcome {
+            Ok(Ok(raw)) => {
+                domain.replied(now);
+                if domain.health().success(now) {
+                    tracing::info!(
+                        node = domain.name(),
+                        "rate-limit node answers again: its breaker closed"
+                    );
+                }
+                Ok(raw)
+            }
             Ok(Err(e)) if !error::is_timeout(&e) => {
                 if error::reached_server(&e) {
                     // The node answered (an error reply): alive.
@@ -314,13 +455,13 @@ impl Engine {
                 }
                 // Could not reach the node: evidence against it.
                 if domain.health().failure(now, probe) {
-                    opened(&domain, &e.to_string());
+                    opened(domain, &e.to_string());
                 }
-                return Err(StoreError::backend(
+                Err(StoreError::backend(
                     format!("cannot reach {}: {e}", domain.name()),
                     true,
                     e,
-                ));
+                ))
             }
             // A timeout, ours or the client's.
             _ => {
@@ -343,41 +484,14 @@ impl Engine {
                     );
                 } else if probe && domain.health().failure(now, true) {
                     // A probe that got no reply: stay open.
-                    opened(&domain, "the probe got no reply");
+                    opened(domain, "the probe got no reply");
                 } else {
                     // Suspected: judged once the stall time has passed
                     // without any reply from the node (see `crate::domains`).
                     domain.suspect(now);
                 }
-                return Err(StoreError::Timeout(waited));
+                Err(StoreError::Timeout(waited))
             }
-        };
-        domain.replied(now);
-        if domain.health().success(now) {
-            tracing::info!(
-                node = domain.name(),
-                "rate-limit node answers again: its breaker closed"
-            );
-        }
-        drop(permit);
-        let (decided, server_now) = match decode::split(&raw)? {
-            Reply::Decided {
-                decisions,
-                server_now,
-            } => (Some(decisions.len()), server_now),
-            Reply::Expired { server_now } => (None, Some(server_now)),
-        };
-        if let Some(t) = server_now {
-            shared.server_clock.observe(index, t, received);
-        }
-        match decided {
-            Some(n) => {
-                // Drop the server's TIME after the decisions, if any.
-                let mut decisions = raw;
-                decisions.truncate(n);
-                Ok(decisions)
-            }
-            None => Err(self.expired()),
         }
     }
 }
@@ -385,13 +499,17 @@ impl Engine {
 /// The longest a call the caller gave up on is followed to its reply.
 const FOLLOW_AT_MOST: Duration = Duration::from_secs(30);
 
+/// The future of one script call.
+pub(crate) type Eval =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<i64>, StoreError>> + Send>>;
+
 /// Follows a call its caller gave up on to its reply (for at most
 /// [`FOLLOW_AT_MOST`]), recording the reply as the node's progress.
-fn follow(
-    eval: std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<i64>, StoreError>> + Send>>,
+pub(crate) fn follow(
+    eval: Eval,
     domain: Arc<Domain>,
     base: Instant,
-    in_flight: crate::domains::InFlight,
+    in_flight: Vec<crate::domains::InFlight>,
 ) {
     tokio::spawn(async move {
         if let Ok(reply) = tokio::time::timeout(FOLLOW_AT_MOST, eval).await {
@@ -411,9 +529,10 @@ fn unavailable(domain: &Domain, now: Micros) -> StoreError {
     StoreError::Unavailable {
         domain: domain.name().to_owned(),
         reason: format!(
-            "breaker open for node {} ({failures} of the last {calls} calls failed); probing \
-             every {:?}",
+            "breaker open for node {} ({failures} of the last {calls} calls failed, or no reply \
+             at all for {:?}); probing every {:?}",
             domain.name(),
+            2 * STALL_AFTER,
             domain.health().config().probe_every()
         ),
     }
@@ -421,7 +540,7 @@ fn unavailable(domain: &Domain, now: Micros) -> StoreError {
 
 /// A node's breaker opened: said once, with why.
 #[cold]
-fn opened(domain: &Domain, why: &str) {
+pub(crate) fn opened(domain: &Domain, why: &str) {
     tracing::warn!(
         node = domain.name(),
         why,

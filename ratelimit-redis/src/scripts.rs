@@ -1,17 +1,36 @@
-//! The Lua scripts, one per algorithm, the multi-quota script, and their
-//! arguments.
+//! The Lua scripts and their arguments: **one Lua source per algorithm**,
+//! assembled at compile time into the single-quota scripts and the batch
+//! script.
 //!
-//! Each script does the whole read-modify-write of one decision inside Redis,
-//! so two app servers deciding for one caller at the same instant can never
-//! both spend the last token. Each mirrors its function in
-//! `ratelimit_core::model`, in integers below 2^53 (exact in Lua's doubles;
-//! floor division as `(a - math.fmod(a, b)) / b`, exact because `fmod` is),
-//! and returns integers only (Redis truncates Lua numbers in replies). The
-//! scripts are lean: no helper closures created per call, one `GET` for a
-//! counter or bucket state and O(log n) sorted-set lookups for a log, integers handed to Redis as Lua numbers (Redis
-//! writes an integral number below 2^53 as its exact decimal digits).
+//! Each algorithm's arithmetic is written once, in `src/scripts/parts/`
+//! (`fixed_window.lua`, `sliding_window.lua`, `sliding_log.lua`,
+//! `token_bucket.lua`: decide, writing nothing; `set_write.lua` and
+//! `sliding_log_write.lua`: write an admission). `concat!` and
+//! `include_str!` put the same text into:
 //!
-//! Calling convention:
+//! - the four single-quota scripts ([`FIXED_WINDOW`], [`SLIDING_WINDOW`],
+//!   [`SLIDING_LOG`], [`TOKEN_BUCKET`]: `single_head.lua`, the algorithm's
+//!   part, `single_write.lua`, its write, `single_tail.lua`), the lean path
+//!   of one decision on an idle connection;
+//! - the batch script ([`BATCH`]: `batch_head.lua`, every algorithm's part
+//!   in turn, `batch_mid.lua`, the log's write, `batch_tail.lua`), which
+//!   decides requests in order, each over one or more quotas, all or
+//!   nothing: the several-quota call is a batch of one request, and
+//!   decisions waiting for the same connection go out as one batch.
+//!
+//! A test checks that every script holds its parts' text verbatim.
+//!
+//! Each script does the whole read-modify-write inside Redis, so two app
+//! servers deciding for one caller at the same instant can never both spend
+//! the last token. Each part mirrors its function in `ratelimit_core::model`,
+//! in integers below 2^53 (exact in Lua's doubles; floor division as
+//! `(a - math.fmod(a, b)) / b`, exact because `fmod` is), and returns
+//! integers only (Redis truncates Lua numbers in replies). The scripts are
+//! lean: no closures created per call, one `GET` for a counter or bucket
+//! state and O(log n) sorted-set lookups for a log, integers formatted with
+//! `'%d'`.
+//!
+//! Single-quota calling convention:
 //!
 //! | | meaning |
 //! |---|---|
@@ -27,28 +46,20 @@
 //! read or written**. Split by [`crate::decode::split`], decoded by
 //! [`crate::decode::decision`].
 //!
-//! # Several quotas in one call
-//!
-//! [`MULTI`] (`multi.lua`) decides one call against N quotas of any mix of
-//! algorithms, all or nothing, as `ratelimit_core::model::decide_all` does,
-//! in one `EVALSHA` whatever N. It holds the four algorithms' arithmetic as
-//! Lua functions (the same code as their single scripts, which stay the
-//! single-quota path) and runs in two phases: it decides every quota from
-//! its stored state without writing; then, only if every enforced (not
-//! shadow) quota admits the call, it writes the state of each quota that
-//! admits it, exactly as the single script would. A denied call writes
-//! nothing; a quota that admits a denied call reports its `remaining`
-//! without the call (`remaining + cost`, at most the limit).
+//! Batch calling convention ([`BATCH`]):
 //!
 //! | | meaning |
 //! |---|---|
-//! | `KEYS[i]` | quota i's key, from [`crate::keys::key`] (one caller: one hash tag, one slot) |
-//! | `ARGV[1..=3]` | now, the minimum expiry and the deadline, as above |
-//! | then per quota | the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[4..]` |
+//! | `KEYS` | every request's keys, in order (one caller's keys share a hash tag; a cluster batch holds one slot) |
+//! | `ARGV[1]` | minimum expiry in ms |
+//! | then per request | now (`""`: `TIME`), its deadline in the server's µs (0: none), its number n of quotas, then per quota: the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[4..7]` (`""` for a window's fourth) |
 //!
-//! Reply: 4 integers per quota, in order, each group as a single script's
-//! reply, then the server's µs if asked; or `{-1, server µs}` when expired.
-//! Built by [`args_multi`] and decoded by [`crate::decode::decisions`].
+//! Reply: per request `1` and 4 integers per quota (each as a single
+//! script's reply), or `-1` alone (expired: nothing written); then the
+//! server's `TIME`. Decoded by [`crate::decode::batch`]. Each request is
+//! decided exactly as it would be alone, in order: it sees the writes of
+//! the ones before it. A denied request writes nothing; a quota that
+//! admits a denied request reports its `remaining` without it.
 //!
 //! Stored state (one key per caller, policy and algorithm; the layouts and
 //! their versioned key codes are in [`crate::keys::layout_code`]):
@@ -84,7 +95,7 @@ use ratelimit_core::{Algorithm, Micros, Quota};
 /// fresh one), so with an injected clock the expiry is at least this long.
 pub const INJECTED_CLOCK_MIN_EXPIRY: Duration = Duration::from_secs(600);
 
-/// One of the Lua scripts: the four single-quota ones and [`MULTI`].
+/// One of the Lua scripts: the four single-quota ones and [`BATCH`].
 #[derive(Debug)]
 pub struct Script {
     name: &'static str,
@@ -102,7 +113,7 @@ impl Script {
     }
 
     /// A short name: `fixed_window`, `sliding_window`, `sliding_log`,
-    /// `token_bucket`, `multi`.
+    /// `token_bucket`, `batch`.
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -124,23 +135,84 @@ impl Script {
     }
 }
 
+/// One single-quota script: the head, the algorithm's part, the write
+/// head, its write, the tail.
+macro_rules! single {
+    ($part:literal, $write:literal) => {
+        concat!(
+            include_str!("scripts/parts/single_head.lua"),
+            include_str!(concat!("scripts/parts/", $part)),
+            include_str!("scripts/parts/single_write.lua"),
+            include_str!(concat!("scripts/parts/", $write)),
+            include_str!("scripts/parts/single_tail.lua"),
+        )
+    };
+}
+
+/// The algorithms' parts, by file name: the text every script holds.
+pub const PARTS: [(&str, &str); 6] = [
+    (
+        "fixed_window.lua",
+        include_str!("scripts/parts/fixed_window.lua"),
+    ),
+    (
+        "sliding_window.lua",
+        include_str!("scripts/parts/sliding_window.lua"),
+    ),
+    (
+        "sliding_log.lua",
+        include_str!("scripts/parts/sliding_log.lua"),
+    ),
+    (
+        "token_bucket.lua",
+        include_str!("scripts/parts/token_bucket.lua"),
+    ),
+    ("set_write.lua", include_str!("scripts/parts/set_write.lua")),
+    (
+        "sliding_log_write.lua",
+        include_str!("scripts/parts/sliding_log_write.lua"),
+    ),
+];
+
+const BATCH_LUA: &str = concat!(
+    include_str!("scripts/parts/batch_head.lua"),
+    include_str!("scripts/parts/token_bucket.lua"),
+    "    elseif kind == '1' then\n",
+    include_str!("scripts/parts/fixed_window.lua"),
+    "    elseif kind == '2' then\n",
+    include_str!("scripts/parts/sliding_window.lua"),
+    "    else\n",
+    include_str!("scripts/parts/sliding_log.lua"),
+    include_str!("scripts/parts/batch_mid.lua"),
+    include_str!("scripts/parts/sliding_log_write.lua"),
+    include_str!("scripts/parts/batch_tail.lua"),
+);
+
 /// The fixed window script.
 pub static FIXED_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new("fixed_window", include_str!("scripts/fixed_window.lua")));
+    LazyLock::new(|| Script::new("fixed_window", single!("fixed_window.lua", "set_write.lua")));
 /// The sliding window counter script.
-pub static SLIDING_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new("sliding_window", include_str!("scripts/sliding_window.lua")));
+pub static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "sliding_window",
+        single!("sliding_window.lua", "set_write.lua"),
+    )
+});
 /// The sliding log script.
-pub static SLIDING_LOG: LazyLock<Script> =
-    LazyLock::new(|| Script::new("sliding_log", include_str!("scripts/sliding_log.lua")));
+pub static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "sliding_log",
+        single!("sliding_log.lua", "sliding_log_write.lua"),
+    )
+});
 /// The token bucket script.
 pub static TOKEN_BUCKET: LazyLock<Script> =
-    LazyLock::new(|| Script::new("token_bucket", include_str!("scripts/token_bucket.lua")));
+    LazyLock::new(|| Script::new("token_bucket", single!("token_bucket.lua", "set_write.lua")));
 
-/// The multi-quota script: several quotas, all or nothing, in one call
-/// (see the module docs).
-pub static MULTI: LazyLock<Script> =
-    LazyLock::new(|| Script::new("multi", include_str!("scripts/multi.lua")));
+/// The batch script: requests in order, each over one or more quotas, all
+/// or nothing (see the module docs). A several-quota call is a batch of
+/// one.
+pub static BATCH: LazyLock<Script> = LazyLock::new(|| Script::new("batch", BATCH_LUA));
 
 /// The script for `quota`'s algorithm.
 pub fn for_quota(quota: &Quota) -> &'static Script {
@@ -152,14 +224,14 @@ pub fn for_quota(quota: &Quota) -> &'static Script {
     }
 }
 
-/// Every script: the four single-quota ones and [`MULTI`].
+/// Every script: the four single-quota ones and [`BATCH`].
 pub fn all() -> [&'static Script; 5] {
     [
         &FIXED_WINDOW,
         &SLIDING_WINDOW,
         &SLIDING_LOG,
         &TOKEN_BUCKET,
-        &MULTI,
+        &BATCH,
     ]
 }
 
@@ -196,29 +268,17 @@ fn push_quota(args: &mut Vec<String>, quota: &Quota, cost: u64) {
     }
 }
 
-/// The `ARGV` of one [`MULTI`] call over `charges` (see the module docs);
-/// the `KEYS` are each charge's key, in the same order.
-///
-/// `now`: `Some` with an injected clock, `None` to use the server's `TIME`.
-/// Every cost must already have passed [`Quota::check_cost`].
-pub fn args_multi(charges: &[Charge<'_>], now: Option<Micros>) -> Vec<String> {
-    let mut args = Vec::with_capacity(3 + 6 * charges.len());
-    push_now(&mut args, now);
-    for c in charges {
-        let kind = match c.quota.algorithm() {
-            Algorithm::FixedWindow(_) => "1",
-            Algorithm::SlidingWindow(_) => "2",
-            Algorithm::SlidingLog(_) => "3",
-            Algorithm::TokenBucket(_) => "4",
-        };
-        args.push(kind.to_owned());
-        args.push(if c.shadow { "1" } else { "0" }.to_owned());
-        push_quota(&mut args, c.quota, c.cost);
+/// The algorithm code of the batch script (see the module docs).
+fn kind(quota: &Quota) -> &'static str {
+    match quota.algorithm() {
+        Algorithm::FixedWindow(_) => "1",
+        Algorithm::SlidingWindow(_) => "2",
+        Algorithm::SlidingLog(_) => "3",
+        Algorithm::TokenBucket(_) => "4",
     }
-    args
 }
 
-/// The `ARGV` of one call (see the module docs).
+/// The `ARGV` of one single-quota call (see the module docs).
 ///
 /// `now`: `Some` with an injected clock, `None` to use the server's `TIME`.
 /// The cost must already have passed [`Quota::check_cost`].
@@ -229,6 +289,75 @@ pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
     args
 }
 
+/// One request, ready to go alone or in a batch: the caller's keys and its
+/// quotas' arguments. Built the same way by the single-node store and the
+/// cluster store.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The script for this request alone: its algorithm's single-quota
+    /// script for one quota, [`BATCH`] (a batch of one) for several.
+    script: &'static Script,
+    /// One key per quota, in order; one caller, so one hash slot.
+    pub keys: Vec<String>,
+    /// Per quota: algorithm, shadow, x, y, z, u (`""` for a window).
+    quota_args: Vec<String>,
+    /// Each quota's limit, for decoding.
+    pub limits: Vec<u64>,
+    /// "Now" with an injected clock; `None`: the server's `TIME`.
+    pub now: Option<Micros>,
+}
+
+impl Request {
+    /// A request for `caller` over `charges` (costs already checked).
+    pub fn new(prefix: &str, caller: &[u8], charges: &[Charge<'_>], now: Option<Micros>) -> Self {
+        let mut quota_args = Vec::with_capacity(6 * charges.len());
+        for c in charges {
+            quota_args.push(kind(c.quota).to_owned());
+            quota_args.push(if c.shadow { "1" } else { "0" }.to_owned());
+            push_quota(&mut quota_args, c.quota, c.cost);
+            if !matches!(c.quota.algorithm(), Algorithm::TokenBucket(_)) {
+                quota_args.push(String::new());
+            }
+        }
+        let script = match charges {
+            [c] => for_quota(c.quota),
+            _ => &BATCH,
+        };
+        Self {
+            script,
+            keys: charges
+                .iter()
+                .map(|c| crate::keys::key(prefix, caller, c.quota))
+                .collect(),
+            quota_args,
+            limits: charges.iter().map(|c| c.quota.limit()).collect(),
+            now,
+        }
+    }
+
+    /// The same request, sent alone through the batch script (a batch of
+    /// one) rather than its single-quota script.
+    pub fn through_batch(mut self) -> Self {
+        self.script = &BATCH;
+        self
+    }
+
+    /// The number of quotas.
+    pub fn quotas(&self) -> usize {
+        self.limits.len()
+    }
+
+    /// The hash slot of its keys (they share one).
+    pub fn slot(&self) -> u16 {
+        crate::keys::slot(self.keys.first().map_or(&b""[..], |k| k.as_bytes()))
+    }
+
+    /// Whether it goes alone through a single-quota script.
+    pub fn is_single(&self) -> bool {
+        !std::ptr::eq(self.script, &*BATCH)
+    }
+}
+
 /// One script call, ready to send: the script, its keys and its arguments.
 /// Built the same way by the single-node store and the cluster store, which
 /// differ only in how they send it.
@@ -236,45 +365,89 @@ pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
 pub struct Call {
     /// The script to run.
     pub script: &'static Script,
-    /// `KEYS`: every key of one caller, so all in one hash slot.
+    /// `KEYS`: every key of every request, in order.
     pub keys: Vec<String>,
     /// `ARGV`.
     pub args: Vec<String>,
 }
 
+/// `ARGV[2]`/`ARGV[1]`: the minimum expiry, for a request on an injected
+/// clock or the server's.
+fn min_expiry(now: Option<Micros>) -> String {
+    match now {
+        Some(_) => INJECTED_CLOCK_MIN_EXPIRY.as_millis().to_string(),
+        None => "0".to_owned(),
+    }
+}
+
+/// A deadline as the single-quota scripts take it (see
+/// [`crate::deadline`]), as the batch script takes it: the instant alone,
+/// 0 for none (the batch script always returns `TIME`).
+fn batch_deadline(server_micros: i64) -> i64 {
+    if server_micros < 0 {
+        -1 - server_micros
+    } else {
+        server_micros
+    }
+}
+
 impl Call {
-    /// One decision under `quota` for `caller` (see [`args`]).
-    pub fn one(prefix: &str, caller: &[u8], quota: &Quota, cost: u64, now: Option<Micros>) -> Self {
-        Self {
-            script: for_quota(quota),
-            keys: vec![crate::keys::key(prefix, caller, quota)],
-            args: args(quota, now, cost),
+    /// One request alone, with its deadline in the server's µs (as
+    /// [`crate::deadline::ServerClock::server_deadline`] gives it): the
+    /// single-quota script, or a batch of one for several quotas.
+    pub fn alone(request: &Request, server_deadline: i64) -> Self {
+        if request.is_single() {
+            let q = &request.quota_args;
+            let mut args = Vec::with_capacity(7);
+            match request.now {
+                Some(now) => args.push(now.to_string()),
+                None => args.push(String::new()),
+            }
+            args.push(min_expiry(request.now));
+            args.push(server_deadline.to_string());
+            args.extend(q[2..].iter().filter(|a| !a.is_empty()).cloned());
+            Self {
+                script: request.script,
+                keys: request.keys.clone(),
+                args,
+            }
+        } else {
+            Self::batch(&[(request, server_deadline)])
         }
     }
 
-    /// One all-or-nothing decision over `charges` for `caller` (see
-    /// [`args_multi`]).
-    pub fn all(prefix: &str, caller: &[u8], charges: &[Charge<'_>], now: Option<Micros>) -> Self {
-        Self {
-            script: &MULTI,
-            keys: charges
+    /// Several requests as one call of [`BATCH`], in order, each with its
+    /// deadline in the server's µs. Every request's keys must be in one
+    /// hash slot on a cluster.
+    pub fn batch(requests: &[(&Request, i64)]) -> Self {
+        let keys = requests
+            .iter()
+            .flat_map(|(r, _)| r.keys.iter().cloned())
+            .collect();
+        let mut args = Vec::with_capacity(
+            1 + requests
                 .iter()
-                .map(|c| crate::keys::key(prefix, caller, c.quota))
-                .collect(),
-            args: args_multi(charges, now),
+                .map(|(r, _)| 3 + r.quota_args.len())
+                .sum::<usize>(),
+        );
+        args.push(min_expiry(requests.first().and_then(|(r, _)| r.now)));
+        for (r, deadline) in requests {
+            match r.now {
+                Some(now) => args.push(now.to_string()),
+                None => args.push(String::new()),
+            }
+            args.push(batch_deadline(*deadline).to_string());
+            args.push(r.quotas().to_string());
+            args.extend(r.quota_args.iter().cloned());
+        }
+        Self {
+            script: &BATCH,
+            keys,
+            args,
         }
     }
 
-    /// Sets `ARGV[3]`, the deadline in the server's µs (`0`: none;
-    /// `-(deadline + 1)`: also return the server's `TIME`; see
-    /// [`crate::deadline`]).
-    pub fn set_deadline(&mut self, server_micros: i64) {
-        if let Some(a) = self.args.get_mut(2) {
-            *a = server_micros.to_string();
-        }
-    }
-
-    /// The hash slot of the call's keys (they share one).
+    /// The hash slot of the call's keys (one per call).
     pub fn slot(&self) -> u16 {
         crate::keys::slot(self.keys.first().map_or(&b""[..], |k| k.as_bytes()))
     }
@@ -298,4 +471,78 @@ pub fn injected_now(
         ));
     }
     Ok(Some(now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(name: &str) -> &'static str {
+        PARTS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, text)| *text)
+            .expect("a part")
+    }
+
+    /// One Lua source per algorithm: the single-quota script and the batch
+    /// script of each algorithm hold the same text, verbatim.
+    #[test]
+    fn every_script_holds_its_algorithms_part_verbatim() {
+        for (script, algorithm, write) in [
+            (&*FIXED_WINDOW, "fixed_window.lua", "set_write.lua"),
+            (&*SLIDING_WINDOW, "sliding_window.lua", "set_write.lua"),
+            (&*SLIDING_LOG, "sliding_log.lua", "sliding_log_write.lua"),
+            (&*TOKEN_BUCKET, "token_bucket.lua", "set_write.lua"),
+        ] {
+            assert!(script.lua().contains(part(algorithm)), "{}", script.name());
+            assert!(script.lua().contains(part(write)), "{}", script.name());
+            assert!(BATCH.lua().contains(part(algorithm)), "batch: {algorithm}");
+        }
+        assert!(BATCH.lua().contains(part("sliding_log_write.lua")));
+        // The string write is the batch script's own one-line SET.
+        assert!(
+            BATCH
+                .lua()
+                .contains("call('SET', KEYS[ki + i], wv, 'PX', mss[i])")
+        );
+        // No script carries a second copy of an algorithm.
+        for (name, text) in PARTS {
+            assert_eq!(
+                BATCH.lua().matches(text).count(),
+                usize::from(name != "set_write.lua"),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_single_quota_request_goes_alone_with_the_single_script_arguments() {
+        let q = Quota::token_bucket(ratelimit_core::Rate::per_minute(100), 20).unwrap();
+        let r = Request::new("rl", b"k", &[Charge::new(&q, 2)], None);
+        let call = Call::alone(&r, -1);
+        assert!(std::ptr::eq(call.script, &*TOKEN_BUCKET));
+        assert_eq!(
+            call.args,
+            args(&q, None, 2)
+                .into_iter()
+                .enumerate()
+                .map(|(i, a)| if i == 2 { "-1".to_owned() } else { a })
+                .collect::<Vec<_>>()
+        );
+        let w = Quota::fixed_window(ratelimit_core::Rate::per_minute(100)).unwrap();
+        let r2 = Request::new(
+            "rl",
+            b"k",
+            &[Charge::new(&w, 1), Charge::new(&q, 1)],
+            Some(7),
+        );
+        let call = Call::batch(&[(&r, -5), (&r2, 9)]);
+        assert!(std::ptr::eq(call.script, &*BATCH));
+        assert_eq!(call.keys.len(), 3);
+        assert_eq!(call.args[0], "0");
+        assert_eq!(&call.args[1..4], ["", "4", "1"]);
+        assert_eq!(call.args[10], "7");
+        assert_eq!(&call.args[11..13], ["9", "2"]);
+    }
 }

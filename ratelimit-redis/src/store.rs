@@ -86,7 +86,7 @@ impl Transport for Node {
         self.backend.eval(call.script, &call.keys, &call.args).await
     }
 
-    fn domain(&self, _call: &Call) -> Arc<str> {
+    fn domain(&self, _slot: u16) -> Arc<str> {
         Arc::clone(&self.name)
     }
 }
@@ -191,6 +191,23 @@ impl RedisStore {
             node,
             engine,
         }
+    }
+
+    /// Sends every decision through the batch script, one alone too (a
+    /// batch of one): checks the batch script's arithmetic against the
+    /// conformance suite. Slower for one caller than the single-quota
+    /// scripts; not for production.
+    pub fn with_batch_script_only(mut self) -> Self {
+        self.engine.set_batch_only(true);
+        self
+    }
+
+    /// The most decisions one batch call carries (default
+    /// [`crate::engine::DEFAULT_MAX_BATCH`]; 1 turns batching off: every
+    /// decision is its own script call).
+    pub fn with_max_batch(mut self, max: usize) -> Self {
+        self.engine.set_max_batch(max);
+        self
     }
 
     /// Names the node in errors and metrics (`host:port`; default: the

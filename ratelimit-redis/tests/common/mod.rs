@@ -62,6 +62,7 @@ pub struct Factory {
     pub server: RedisServer,
     lib: Lib,
     base: Mutex<Vec<RedisStore>>,
+    batch_only: bool,
 }
 
 impl Factory {
@@ -70,7 +71,14 @@ impl Factory {
             server: RedisServer::start(),
             lib,
             base: Mutex::new(Vec::new()),
+            batch_only: false,
         }
+    }
+
+    /// Stores that send every decision through the batch script.
+    pub fn batch_only(mut self) -> Self {
+        self.batch_only = true;
+        self
     }
 }
 
@@ -91,7 +99,10 @@ impl StoreFactory for Factory {
         base[..n]
             .iter()
             .map(|s| {
-                let s = s.clone().with_prefix(&prefix).expect("valid prefix");
+                let mut s = s.clone().with_prefix(&prefix).expect("valid prefix");
+                if self.batch_only {
+                    s = s.with_batch_script_only();
+                }
                 let s = match &clock {
                     Some(c) => s.with_clock(c.clone()),
                     None => s,

@@ -1,0 +1,328 @@
+//! Group commit: decisions waiting for the same node go to Redis together,
+//! as one call of the batch script ([`crate::scripts::BATCH`]).
+//!
+//! No timer and no added delay: a request that finds its node with nothing
+//! in flight goes at once, alone (the lean single-quota script). Requests
+//! that arrive while a call is in flight wait in the node's queue; when it
+//! is answered, everything queued goes out as the next call, in arrival
+//! order (at most [`crate::engine::DEFAULT_MAX_BATCH`] requests per call;
+//! on a cluster one call per hash slot, sent side by side). The script
+//! decides each request exactly as it would have been decided alone, in
+//! that order, each with its own deadline: one past its deadline when the
+//! script reaches it writes nothing ("expired"). A request whose caller has
+//! already given up, or whose deadline has passed before the call is sent,
+//! is not sent at all.
+//!
+//! The queue is drained by a task of its own, so a caller that stops
+//! waiting never strands the requests queued behind it. A lost reply is
+//! ambiguous for every request in its call, as for one alone: none is sent
+//! again.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use ratelimit_core::StoreError;
+use tokio::sync::oneshot;
+
+use crate::decode;
+use crate::domains::{Domain, InFlight};
+use crate::engine::{Engine, Transport, follow};
+use crate::scripts::{Call, Request};
+
+/// One request waiting for its node's next call.
+struct Item {
+    request: Request,
+    deadline: Instant,
+    reply: oneshot::Sender<Result<Vec<i64>, StoreError>>,
+    in_flight: InFlight,
+}
+
+#[derive(Default)]
+struct State {
+    /// A call is in flight (or being sent): new requests queue.
+    busy: bool,
+    items: VecDeque<Item>,
+}
+
+/// A node's queue of requests waiting for its next call.
+#[derive(Default)]
+pub(crate) struct Queue {
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.lock();
+        f.debug_struct("Queue")
+            .field("busy", &s.busy)
+            .field("waiting", &s.items.len())
+            .finish()
+    }
+}
+
+impl Queue {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the caller may send its request alone now (nothing in
+    /// flight, nothing waiting); it then holds the node until its
+    /// [`Lead`] drops.
+    pub(crate) fn try_lead(&self) -> bool {
+        let mut s = self.lock();
+        if s.busy || !s.items.is_empty() {
+            return false;
+        }
+        s.busy = true;
+        true
+    }
+
+    /// Queues `item`; `true`: nothing was in flight, so a drain must start.
+    fn push(&self, item: Item) -> bool {
+        let mut s = self.lock();
+        s.items.push_back(item);
+        !std::mem::replace(&mut s.busy, true)
+    }
+
+    /// The call in flight is done; `true`: requests wait, so a drain must
+    /// start (the node stays busy).
+    fn release(&self) -> bool {
+        let mut s = self.lock();
+        if s.items.is_empty() {
+            s.busy = false;
+            false
+        } else {
+            true
+        }
+    }
+
+    /// Takes up to `max` waiting requests, in order; none: the node is idle
+    /// again.
+    fn take(&self, max: usize) -> Vec<Item> {
+        let mut s = self.lock();
+        if s.items.is_empty() {
+            s.busy = false;
+            return Vec::new();
+        }
+        let n = s.items.len().min(max);
+        s.items.drain(..n).collect()
+    }
+}
+
+/// The caller sending alone holds its node; when it is done (or stops
+/// waiting), the requests that queued meanwhile go out.
+pub(crate) struct Lead {
+    engine: Engine,
+    transport: Arc<dyn Transport>,
+    domain: Arc<Domain>,
+}
+
+impl Lead {
+    pub(crate) fn new(engine: Engine, transport: Arc<dyn Transport>, domain: Arc<Domain>) -> Self {
+        Self {
+            engine,
+            transport,
+            domain,
+        }
+    }
+}
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        if self.domain.queue().release() {
+            tokio::spawn(drain(
+                self.engine.clone(),
+                Arc::clone(&self.transport),
+                Arc::clone(&self.domain),
+            ));
+        }
+    }
+}
+
+/// Queues `request` for its node's next call and waits for its decision
+/// integers (4 per quota) until `deadline`.
+pub(crate) async fn enqueue(
+    engine: &Engine,
+    transport: &Arc<dyn Transport>,
+    domain: &Arc<Domain>,
+    request: Request,
+    deadline: Instant,
+) -> Result<Vec<i64>, StoreError> {
+    let start = Instant::now();
+    let (tx, rx) = oneshot::channel();
+    let now = engine.domains_base();
+    let item = Item {
+        request,
+        deadline,
+        reply: tx,
+        in_flight: domain.enter(
+            u64::try_from(start.saturating_duration_since(now).as_micros()).unwrap_or(u64::MAX),
+        ),
+    };
+    if domain.queue().push(item) {
+        tokio::spawn(drain(
+            engine.clone(),
+            Arc::clone(transport),
+            Arc::clone(domain),
+        ));
+    }
+    match tokio::time::timeout_at(deadline.into(), rx).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(StoreError::message(
+            format!("the batch for {} was dropped", domain.name()),
+            true,
+        )),
+        Err(_) => Err(StoreError::Timeout(
+            deadline.saturating_duration_since(start),
+        )),
+    }
+}
+
+/// Sends the node's waiting requests, call after call, until none waits.
+async fn drain(engine: Engine, transport: Arc<dyn Transport>, domain: Arc<Domain>) {
+    loop {
+        let items = domain.queue().take(engine.max_batch());
+        if items.is_empty() {
+            return;
+        }
+        if transport.any_slot() {
+            send(&engine, &transport, &domain, items).await;
+            continue;
+        }
+        // A cluster: one call per hash slot, side by side.
+        let mut groups: Vec<(u16, Vec<Item>)> = Vec::new();
+        for item in items {
+            let slot = item.request.slot();
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, g)) => g.push(item),
+                None => groups.push((slot, vec![item])),
+            }
+        }
+        if groups.len() == 1 {
+            if let Some((_, g)) = groups.pop() {
+                send(&engine, &transport, &domain, g).await;
+            }
+            continue;
+        }
+        let sends: Vec<_> = groups
+            .into_iter()
+            .map(|(_, g)| {
+                let (engine, transport, domain) =
+                    (engine.clone(), Arc::clone(&transport), Arc::clone(&domain));
+                tokio::spawn(async move { send(&engine, &transport, &domain, g).await })
+            })
+            .collect();
+        for s in sends {
+            let _ = s.await;
+        }
+    }
+}
+
+/// A copy of an error, for each request of a call that failed.
+fn copy(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Timeout(d) => StoreError::Timeout(*d),
+        StoreError::Expired => StoreError::Expired,
+        StoreError::Unavailable { domain, reason } => StoreError::Unavailable {
+            domain: domain.clone(),
+            reason: reason.clone(),
+        },
+        StoreError::InvalidRequest(m) => StoreError::InvalidRequest(m.clone()),
+        other => StoreError::message(other.to_string(), other.is_transient()),
+    }
+}
+
+/// Sends `items` (one hash slot on a cluster) as one call: alone for one,
+/// the batch script for several; answers each.
+async fn send(
+    engine: &Engine,
+    transport: &Arc<dyn Transport>,
+    domain: &Arc<Domain>,
+    items: Vec<Item>,
+) {
+    let now = Instant::now();
+    let mut live = Vec::with_capacity(items.len());
+    for item in items {
+        if item.reply.is_closed() {
+            // The caller has given up: not sent at all.
+            continue;
+        }
+        let index = engine.clock_index(item.request.slot());
+        match engine.clocks().server_deadline(index, item.deadline) {
+            Some(d) if item.deadline > now => live.push((item, d)),
+            // Past its deadline before it could be sent: nothing counted.
+            _ => {
+                let _ = item.reply.send(Err(StoreError::Expired));
+            }
+        }
+    }
+    if live.is_empty() {
+        return;
+    }
+    let deadline = live.iter().map(|(i, _)| i.deadline).max().unwrap_or(now);
+    let call = if let [(item, d)] = &live[..] {
+        Call::alone(&item.request, *d)
+    } else {
+        let requests: Vec<(&Request, i64)> = live.iter().map(|(i, d)| (&i.request, *d)).collect();
+        Call::batch(&requests)
+    };
+    let start = Instant::now();
+    let sent_at = u64::try_from(
+        start
+            .saturating_duration_since(engine.domains_base())
+            .as_micros(),
+    )
+    .unwrap_or(u64::MAX);
+    let mut eval = Arc::clone(transport).eval(Arc::new(call), deadline);
+    let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
+    let received = Instant::now();
+    let mut answered = Vec::with_capacity(live.len());
+    let mut guards = Vec::with_capacity(live.len());
+    for (item, _) in live {
+        guards.push(item.in_flight);
+        answered.push((item.request, item.reply));
+    }
+    if outcome.is_err() {
+        follow(eval, Arc::clone(domain), engine.domains_base(), guards);
+    } else {
+        drop(guards);
+    }
+    let raw = match engine.judge(domain, outcome, start, sent_at, deadline, received, false) {
+        Ok(raw) => raw,
+        Err(e) => {
+            for (_, reply) in answered {
+                let _ = reply.send(Err(copy(&e)));
+            }
+            return;
+        }
+    };
+    if let [(request, _)] = &answered[..] {
+        let result = engine.decode_alone(request, raw, received);
+        if let Some((_, reply)) = answered.pop() {
+            let _ = reply.send(result);
+        }
+        return;
+    }
+    let quotas: Vec<usize> = answered.iter().map(|(r, _)| r.quotas()).collect();
+    match decode::batch(&raw, &quotas) {
+        Ok((outcomes, server_now)) => {
+            if let Some((r, _)) = answered.first() {
+                engine
+                    .clocks()
+                    .observe(engine.clock_index(r.slot()), server_now, received);
+            }
+            for ((_, reply), outcome) in answered.into_iter().zip(outcomes) {
+                let _ = reply.send(match outcome {
+                    decode::Outcome::Decided(d) => Ok(d.to_vec()),
+                    decode::Outcome::Expired => Err(StoreError::Expired),
+                });
+            }
+        }
+        Err(e) => {
+            for (_, reply) in answered {
+                let _ = reply.send(Err(copy(&e)));
+            }
+        }
+    }
+}

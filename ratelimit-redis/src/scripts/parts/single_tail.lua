@@ -1,0 +1,2 @@
+end
+return {ok, remaining, reset, retry, tail}

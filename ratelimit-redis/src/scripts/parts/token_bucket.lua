@@ -1,0 +1,46 @@
+-- Token bucket: decide. Mirrors ratelimit-core/src/model/token_bucket.rs.
+-- State: the theoretical arrival time (the instant the bucket is full
+-- again) as one integer `tat` in µs, or `tat:rem` when the rate leaves a
+-- sub-µs remainder (rem in bucket units). In: key, now; x = need (cost *
+-- unit), y = refill (units per µs), z = full (capacity * unit), u = unit.
+-- Every value stays within full + refill <= 2^52 and tat <= now + full
+-- < 2^53 (checked by the quota and the clock bound), exact in Lua's
+-- doubles; (a - fmod(a, b)) / b is the exact floor of a / b for a >= 0.
+cost, limit = x / u, z / u
+local delta, rho = 0, 0
+local v = call('GET', key)
+if v then
+  local tat = tonumber(v)
+  if not tat then
+    local j = find(v, ':', 1, true)
+    tat, rho = tonumber(sub(v, 1, j - 1)), tonumber(sub(v, j + 1))
+    if rho > y - 1 then rho = y - 1 end
+  end
+  if tat > now or (tat == now and rho > 0) then delta = tat - now else rho = 0 end
+end
+-- The bucket is short of full by d = delta * refill + rho units.
+local room = z - x
+if rho <= room and delta <= (room - rho - fmod(room - rho, y)) / y then
+  local d = delta * y + rho + x
+  local rem = fmod(d, y)
+  local whole = (d - rem) / y
+  reset = whole
+  if rem > 0 then reset = whole + 1 end
+  -- '%d' (a C long): integer formatting, far cheaper than the '%.17g'
+  -- Redis applies to a Lua number argument.
+  if rem == 0 then wv = fmt('%d', now + whole) else wv = fmt('%d:%d', now + whole, rem) end
+  local level = z - d
+  ok, remaining = 1, (level - fmod(level, u)) / u
+else
+  -- Denied: nothing is written.
+  local level = 0
+  if rho <= z and delta <= (z - rho - fmod(z - rho, y)) / y then
+    level = z - delta * y - rho
+  end
+  reset = delta
+  if rho > 0 then reset = delta + 1 end
+  local w = rho + x - z
+  local q = (w - fmod(w, y)) / y
+  if fmod(w, y) > 0 then q = q + 1 end
+  remaining, retry = (level - fmod(level, u)) / u, delta + q
+end

@@ -1,0 +1,115 @@
+//! Group commit: decisions waiting for the same connection go out as one
+//! script call. Many callers at once on one store make far fewer script
+//! calls than decisions, and every decision is still exact: a quota of L
+//! admits exactly L of them under a frozen clock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ratelimit_core::{ManualClock, Quota, Rate, StoreExt};
+use ratelimit_redis::RedisStore;
+use ratelimit_testkit::redis_server::RedisServer;
+
+const T0: u64 = 1_800_000_000_000_000;
+
+/// Script calls the server has run so far: single-quota and batch, by
+/// `EVALSHA` or `EVAL` (`INFO commandstats`).
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.connection())
+        .unwrap();
+    ["cmdstat_evalsha:calls=", "cmdstat_eval:calls="]
+        .iter()
+        .filter_map(|p| info.lines().find_map(|l| l.strip_prefix(p)))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_callers_share_script_calls_and_stay_exact() {
+    let server = RedisServer::start_local();
+    let clock = ManualClock::new(T0);
+    let store = Arc::new(
+        RedisStore::builder(server.url())
+            .prefix(server.prefix())
+            .clock(clock)
+            .timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .expect("connect"),
+    );
+    let limit = 1_000;
+    let q = Arc::new(Quota::fixed_window(Rate::per_hour(limit)).unwrap());
+    let before = script_calls(&server);
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..200u32 {
+        let (store, q, admitted) = (store.clone(), q.clone(), admitted.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..20u32 {
+                // Half on one hot key, half on keys of their own.
+                let key = if i % 2 == 0 {
+                    "hot".to_owned()
+                } else {
+                    format!("c{t}-{i}")
+                };
+                let d = store
+                    .decide_one(key.as_bytes(), &q, 1)
+                    .await
+                    .expect("decided");
+                if key == "hot" {
+                    admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let calls = script_calls(&server) - before;
+    let decisions = 200 * 20;
+    println!(
+        "{decisions} decisions in {calls} script calls ({:.1} per call)",
+        decisions as f64 / calls as f64
+    );
+    assert!(
+        calls * 2 < decisions,
+        "{calls} script calls for {decisions} decisions: no batching"
+    );
+    // 2,000 calls on the hot key under a frozen clock, limit 1,000.
+    assert_eq!(admitted.load(Ordering::Relaxed), limit);
+}
+
+/// With batching off (`with_max_batch(1)`) every decision is its own call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batching_can_be_turned_off() {
+    let server = RedisServer::start_local();
+    let store = Arc::new(
+        RedisStore::builder(server.url())
+            .prefix(server.prefix())
+            .build()
+            .await
+            .expect("connect")
+            .with_max_batch(1),
+    );
+    let q = Arc::new(Quota::fixed_window(Rate::per_hour(1_000_000)).unwrap());
+    let before = script_calls(&server);
+    let mut tasks = Vec::new();
+    for t in 0..50u32 {
+        let (store, q) = (store.clone(), q.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..10u32 {
+                store
+                    .decide_one(format!("c{t}-{i}").as_bytes(), &q, 1)
+                    .await
+                    .expect("decided");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(script_calls(&server) - before, 500);
+}
