@@ -1,0 +1,321 @@
+//! The binary on loopback ports: gRPC, the JSON endpoint, health, metrics,
+//! reload on change, graceful shutdown.
+
+mod common;
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+use common::{Server, descriptor, eventually, fixture, http, request, temp_dir};
+
+const RLS: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn config_file(dir: &std::path::Path, rpu: u32) -> std::path::PathBuf {
+    let path = dir.join("edge.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: hour\n      requests_per_unit: {rpu}\n"
+        ),
+    )
+    .expect("write config");
+    path
+}
+
+#[test]
+fn grpc_should_rate_limit_decides_all_descriptors_of_envoyproxys_example() {
+    let server = Server::start(&[
+        "--config",
+        &fixture("examples__ratelimit__config__example.yaml"),
+    ]);
+    rt().block_on(async {
+        let mut client = RateLimitServiceClient::connect(server.grpc_url())
+            .await
+            .expect("connect");
+        // foo (2/min) and foo+bar=bkthomps (1/min): the second request is
+        // over the limit on bkthomps, and foo is not charged for it.
+        let req = request(
+            "rl",
+            vec![
+                descriptor(&[("foo", "x"), ("bar", "bkthomps")]),
+                descriptor(&[("foo", "x")]),
+            ],
+        );
+        let first = client
+            .should_rate_limit(req.clone())
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(first.overall_code, Code::Ok as i32);
+        assert_eq!(first.statuses[1].limit_remaining, 1);
+        let second = client
+            .should_rate_limit(req.clone())
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(second.overall_code, Code::OverLimit as i32);
+        assert_eq!(second.statuses[0].code, Code::OverLimit as i32);
+        let limit = second.statuses[0].current_limit.as_ref().expect("limit");
+        assert_eq!(
+            (limit.requests_per_unit, limit.name.as_str()),
+            (1, "bkthomps")
+        );
+        assert!(
+            second.statuses[0]
+                .duration_until_reset
+                .as_ref()
+                .expect("reset")
+                .seconds
+                >= 1
+        );
+        // foo alone still has 1: the denied request counted nothing.
+        let foo = client
+            .should_rate_limit(request("rl", vec![descriptor(&[("foo", "x")])]))
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(foo.overall_code, Code::Ok as i32);
+        assert_eq!(foo.statuses[0].limit_remaining, 0);
+        // Unlimited and banned descriptors.
+        let r = client
+            .should_rate_limit(request("rl", vec![descriptor(&[("qux", "any")])]))
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(r.statuses[0].limit_remaining, u32::MAX);
+        let r = client
+            .should_rate_limit(request(
+                "rl",
+                vec![descriptor(&[("foo", "y"), ("bar", "banned")])],
+            ))
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(r.overall_code, Code::OverLimit as i32);
+        // An empty domain is refused.
+        let e = client
+            .should_rate_limit(request("", vec![descriptor(&[("foo", "x")])]))
+            .await
+            .expect_err("refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    });
+}
+
+#[test]
+fn the_json_endpoint_answers_200_or_429_with_headers() {
+    let dir = temp_dir("json");
+    let path = config_file(&dir, 2);
+    let server = Server::start(&[
+        "--config",
+        path.to_str().expect("path"),
+        "--response-headers",
+    ]);
+    let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.1.1.1"}]}]}"#;
+    let a = http(server.http, "POST", "/json", body);
+    assert_eq!(a.status, 200, "{a:?}");
+    let j = a.json();
+    assert_eq!(j["overallCode"], "OK");
+    assert_eq!(j["statuses"][0]["limitRemaining"], 1);
+    assert_eq!(j["statuses"][0]["currentLimit"]["unit"], "HOUR");
+    assert_eq!(
+        a.header("ratelimit-policy"),
+        Some("\"edge.remote_address\";q=2;w=3600")
+    );
+    let _ = http(server.http, "POST", "/json", body);
+    let c = http(server.http, "POST", "/json", body);
+    assert_eq!(c.status, 429, "{c:?}");
+    assert_eq!(c.json()["overallCode"], "OVER_LIMIT");
+    let retry: u64 = c
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
+    assert!((1..=3600).contains(&retry));
+    // Bad input is a 400 that says why.
+    let bad = http(
+        server.http,
+        "POST",
+        "/json",
+        r#"{"domain":"edge","descriptors":[{"entries":[{"kee":"x"}]}]}"#,
+    );
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("kee"), "{}", bad.body);
+    // Metrics and the configuration in force.
+    let m = http(server.http, "GET", "/metrics", "");
+    assert_eq!(m.status, 200);
+    assert!(
+        m.body
+            .contains("ratelimit_server_requests_total{domain=\"edge\",code=\"over_limit\"} 1"),
+        "{}",
+        m.body
+    );
+    assert!(
+        m.body
+            .contains("ratelimit_server_over_limit{key=\"edge.remote_address\"} 1"),
+        "{}",
+        m.body
+    );
+    let c = http(server.http, "GET", "/rlconfig", "");
+    assert!(
+        c.body
+            .contains("edge.remote_address: unit=HOUR requests_per_unit=2"),
+        "{}",
+        c.body
+    );
+}
+
+#[test]
+fn a_changed_file_is_reloaded_and_a_bad_one_is_kept_out() {
+    let dir = temp_dir("reload");
+    let path = config_file(&dir, 2);
+    let server = Server::start(&["--config", path.to_str().expect("path")]);
+    let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.2.2.2"}]}]}"#;
+    let limit = || -> Option<u64> {
+        let r = http(server.http, "POST", "/json", body);
+        r.json()["statuses"][0]["currentLimit"]["requestsPerUnit"].as_u64()
+    };
+    assert_eq!(limit(), Some(2));
+    // Raise the limit: the counts carry over (2 spent of 50).
+    config_file(&dir, 50);
+    let reloaded = eventually(Duration::from_secs(20), || {
+        (limit() == Some(50)).then_some(())
+    });
+    assert!(reloaded.is_some(), "not reloaded: {}", server.log());
+    let r = http(server.http, "POST", "/json", body).json();
+    assert!(
+        r["statuses"][0]["limitRemaining"]
+            .as_u64()
+            .expect("remaining")
+            < 50
+    );
+
+    // A file with a mistake: the service keeps the previous configuration
+    // and says why.
+    std::fs::write(&path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n").expect("write");
+    let logged = eventually(Duration::from_secs(20), || {
+        server
+            .log()
+            .contains("invalid rate limit unit 'fortnight'")
+            .then_some(())
+    });
+    assert!(logged.is_some(), "no error logged: {}", server.log());
+    assert_eq!(limit(), Some(50));
+    let m = http(server.http, "GET", "/metrics", "");
+    assert!(
+        m.body
+            .contains("ratelimit_server_config_load_error_total 1"),
+        "{}",
+        m.body
+    );
+
+    // SIGHUP reloads too (after the file is fixed).
+    config_file(&dir, 7);
+    server.hangup();
+    let reloaded = eventually(Duration::from_secs(20), || {
+        (limit() == Some(7)).then_some(())
+    });
+    assert!(reloaded.is_some(), "not reloaded: {}", server.log());
+}
+
+#[test]
+fn health_is_served_and_sigterm_drains_then_exits_cleanly() {
+    let mut server = Server::start(&[
+        "--config",
+        &fixture("examples__ratelimit__config__config.yaml"),
+        "--drain-delay",
+        "3s",
+    ]);
+    let url = server.grpc_url();
+    // A runtime with a worker thread: the clients' connections keep being
+    // driven between checks, so they answer the server's goodbye (HTTP/2
+    // GOAWAY and PING) as a live client such as Envoy does.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let status = |service: &str| {
+        let url = url.clone();
+        let service = service.to_owned();
+        rt.block_on(async move {
+            let channel = tonic::transport::Endpoint::from_shared(url)
+                .ok()?
+                .connect()
+                .await
+                .ok()?;
+            let mut client = HealthClient::new(channel);
+            let r = client
+                .check(HealthCheckRequest { service })
+                .await
+                .ok()?
+                .into_inner();
+            Some(r.status)
+        })
+    };
+    assert_eq!(status(""), Some(ServingStatus::Serving as i32));
+    assert_eq!(status(RLS), Some(ServingStatus::Serving as i32));
+    assert_eq!(http(server.http, "GET", "/healthcheck", "").status, 200);
+    // An unknown service is NOT_FOUND.
+    let unknown = rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(url.clone())
+            .expect("url")
+            .connect()
+            .await
+            .expect("connect");
+        let mut client = HealthClient::new(channel);
+        client
+            .check(HealthCheckRequest {
+                service: "nope".into(),
+            })
+            .await
+    });
+    assert_eq!(
+        unknown.expect_err("not found").code(),
+        tonic::Code::NotFound
+    );
+
+    server.terminate();
+    // During the drain delay: NOT_SERVING, and requests are still answered.
+    let draining = eventually(Duration::from_secs(2), || {
+        (status(RLS) == Some(ServingStatus::NotServing as i32)).then_some(())
+    });
+    assert!(
+        draining.is_some(),
+        "health did not turn NOT_SERVING: {}",
+        server.log()
+    );
+    assert_eq!(http(server.http, "GET", "/healthcheck", "").status, 500);
+    let r = http(
+        server.http,
+        "POST",
+        "/json",
+        r#"{"domain":"mongo_cps","descriptors":[{"entries":[{"key":"database","value":"users"}]}]}"#,
+    );
+    assert_eq!(r.status, 200);
+    // Then it exits by itself, with 0.
+    assert_eq!(
+        server.wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        server.log()
+    );
+    assert!(
+        server
+            .log()
+            .contains("every request in flight was answered"),
+        "{}",
+        server.log()
+    );
+}
