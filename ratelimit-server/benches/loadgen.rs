@@ -84,6 +84,7 @@ struct Opts {
     keys: u32,
     throttlecrab: Option<PathBuf>,
     redis: bool,
+    rounds: u32,
 }
 
 fn opts() -> Opts {
@@ -94,6 +95,7 @@ fn opts() -> Opts {
         keys: 10_000,
         throttlecrab: std::env::var_os("THROTTLECRAB_SERVER").map(PathBuf::from),
         redis: true,
+        rounds: 2,
     };
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -104,6 +106,7 @@ fn opts() -> Opts {
             "--concurrency" => o.concurrency = next.parse().unwrap_or(32),
             "--connections" => o.connections = next.parse().unwrap_or(4),
             "--keys" => o.keys = next.parse().unwrap_or(10_000),
+            "--rounds" => o.rounds = next.parse().unwrap_or(2),
             "--throttlecrab" => o.throttlecrab = Some(PathBuf::from(next)),
             "--no-redis" => {
                 o.redis = false;
@@ -127,6 +130,10 @@ struct Measured {
     admitted: u64,
     elapsed: Duration,
     latencies_us: Vec<u32>,
+    /// Every request, warm-up included.
+    all: u64,
+    /// The server process's CPU time over the whole run (warm-up included).
+    server_cpu: Option<Duration>,
 }
 
 impl Measured {
@@ -140,13 +147,18 @@ impl Measured {
             let i = ((n as f64 * p).ceil() as usize).clamp(1, n) - 1;
             f64::from(self.latencies_us[i])
         };
+        let cpu = match self.server_cpu {
+            Some(c) => format!("{:.0}", c.as_secs_f64() * 1e6 / self.all.max(1) as f64),
+            None => "-".to_owned(),
+        };
         format!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} % |",
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {:.1} % |",
             self.name,
             self.requests as f64 / self.elapsed.as_secs_f64(),
             q(0.50),
             q(0.99),
             q(0.999),
+            cpu,
             100.0 * self.admitted as f64 / self.requests.max(1) as f64
         )
     }
@@ -154,7 +166,7 @@ impl Measured {
 
 /// A closed loop of `concurrency` workers calling `call(worker, key)`,
 /// warmed up for a second, then measured for `duration`.
-async fn closed_loop<F, Fut>(name: &str, o: &Opts, call: F) -> Measured
+async fn closed_loop<F, Fut>(name: &str, o: &Opts, keys: u32, call: F) -> Measured
 where
     F: Fn(usize, u32) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = bool> + Send,
@@ -167,15 +179,16 @@ where
     for w in 0..o.concurrency {
         let call = call.clone();
         let admitted = admitted.clone();
-        let keys = o.keys;
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::with_capacity(1 << 16);
             let mut n = 0u64;
+            let mut all = 0u64;
             loop {
                 let key = rand::rng().random_range(0..keys);
                 let t = Instant::now();
                 let ok = call(w, key).await;
                 let done = Instant::now();
+                all += 1;
                 if done >= stop_at {
                     break;
                 }
@@ -187,14 +200,16 @@ where
                     }
                 }
             }
-            (n, lat)
+            (n, all, lat)
         }));
     }
     let mut latencies_us = Vec::new();
     let mut requests = 0;
+    let mut all = 0;
     for t in tasks {
-        let (n, lat) = t.await.expect("worker");
+        let (n, a, lat) = t.await.expect("worker");
         requests += n;
+        all += a;
         latencies_us.extend(lat);
     }
     Measured {
@@ -203,6 +218,8 @@ where
         admitted: admitted.load(Ordering::Relaxed),
         elapsed: o.duration,
         latencies_us,
+        all,
+        server_cpu: None,
     }
 }
 
@@ -242,6 +259,26 @@ impl Drop for Proc {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A process's CPU time (user + system) from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ is 100 on Linux.
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// Runs `load` against a server process, with its CPU time measured.
+fn with_cpu(pid: u32, load: impl FnOnce() -> Measured) -> Measured {
+    let before = cpu_time(pid);
+    let mut m = load();
+    if let (Some(a), Some(b)) = (before, cpu_time(pid)) {
+        m.server_cpu = Some(b.saturating_sub(a));
+    }
+    m
 }
 
 fn free_port() -> u16 {
@@ -286,7 +323,7 @@ async fn load_ours(name: &str, o: &Opts, addr: SocketAddr) -> Measured {
     let clients: Vec<RateLimitServiceClient<Channel>> =
         chans.into_iter().map(RateLimitServiceClient::new).collect();
     let clients = Arc::new(clients);
-    closed_loop(name, o, move |w, key| {
+    closed_loop(name, o, o.keys, move |w, key| {
         let mut c = clients[w % clients.len()].clone();
         async move {
             let r = c.should_rate_limit(rls_request(key)).await.expect("rpc");
@@ -298,7 +335,7 @@ async fn load_ours(name: &str, o: &Opts, addr: SocketAddr) -> Measured {
 
 async fn load_throttlecrab(name: &str, o: &Opts, addr: SocketAddr) -> Measured {
     let chans = Arc::new(channels(addr, o.connections).await);
-    closed_loop(name, o, move |w, key| {
+    closed_loop(name, o, o.keys, move |w, key| {
         let ch = chans[w % chans.len()].clone();
         async move {
             let mut grpc = tonic::client::Grpc::new(ch);
@@ -353,6 +390,7 @@ fn main() {
             closed_loop(
                 "library: `Limiter::check`, local store",
                 &o,
+                o.keys * 100,
                 move |_, key| {
                     let l = l.clone();
                     async move { l.check(format!("k{key}")).await.allowed }
@@ -372,6 +410,7 @@ fn main() {
             closed_loop(
                 "service in process: `should_rate_limit`, local store",
                 &o,
+                o.keys * 100,
                 move |_, key| {
                     let svc = svc.clone();
                     async move {
@@ -387,18 +426,15 @@ fn main() {
         );
     });
 
-    // 3. ratelimit-server over gRPC, local store.
-    {
-        let (_p, addr) = start_ours(&config, &[]);
-        rows.push(rt.block_on(load_ours("ratelimit-server, gRPC, local store", &o, addr)));
-    }
-    // 4. ratelimit-server over gRPC, Redis.
+    // 3-5. The servers, in alternating rounds (the machine is shared: a
+    // burst of someone else's work should not land on one server only).
     let redis = o
         .redis
         .then(ratelimit_testkit::redis_server::RedisServer::start_local);
-    if let Some(redis) = &redis {
-        let url = redis.url();
-        let (_p, addr) = start_ours(
+    let (ours_local, local_addr) = start_ours(&config, &[]);
+    let ours_redis = redis.as_ref().map(|r| {
+        let url = r.url();
+        start_ours(
             &config,
             &[
                 "--backend",
@@ -410,45 +446,61 @@ fn main() {
                 "--timeout",
                 "1s",
             ],
-        );
-        rows.push(rt.block_on(load_ours(
-            "ratelimit-server, gRPC, Redis (one node)",
-            &o,
-            addr,
-        )));
-    }
-    // 5. throttlecrab-server over gRPC (in-process store; it has no Redis
-    //    store).
-    match &o.throttlecrab {
-        Some(bin) => {
-            let port = free_port();
-            let child = Command::new(bin)
-                .args([
-                    "--grpc",
-                    "--grpc-host",
-                    "127.0.0.1",
-                    "--grpc-port",
-                    &port.to_string(),
-                ])
-                .args(["--log-level", "warn"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-            let _p = Proc(child);
-            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-            wait_port(addr);
-            rows.push(rt.block_on(load_throttlecrab(
-                "throttlecrab-server, gRPC, in process",
-                &o,
-                addr,
-            )));
-        }
-        None => eprintln!(
+        )
+    });
+    let crab = o.throttlecrab.as_ref().map(|bin| {
+        let port = free_port();
+        let child = Command::new(bin)
+            .args([
+                "--grpc",
+                "--grpc-host",
+                "127.0.0.1",
+                "--grpc-port",
+                &port.to_string(),
+            ])
+            .args(["--log-level", "warn"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        wait_port(addr);
+        (Proc(child), addr)
+    });
+    if crab.is_none() {
+        eprintln!(
             "throttlecrab-server not run: set THROTTLECRAB_SERVER to its binary \
              (CARGO_TARGET_DIR=target/throttlecrab cargo install throttlecrab-server --root target/throttlecrab; \
              its build needs protoc: apt-get install protobuf-compiler)"
-        ),
+        );
+    }
+    for round in 1..=o.rounds {
+        let tag = |s: &str| format!("{s} (round {round})");
+        rows.push(with_cpu(ours_local.0.id(), || {
+            rt.block_on(load_ours(
+                &tag("ratelimit-server, gRPC, local store"),
+                &o,
+                local_addr,
+            ))
+        }));
+        if let Some((p, addr)) = &crab {
+            rows.push(with_cpu(p.0.id(), || {
+                rt.block_on(load_throttlecrab(
+                    &tag("throttlecrab-server, gRPC, in process"),
+                    &o,
+                    *addr,
+                ))
+            }));
+        }
+        if let Some((p, addr)) = &ours_redis {
+            rows.push(with_cpu(p.0.id(), || {
+                rt.block_on(load_ours(
+                    &tag("ratelimit-server, gRPC, Redis (one node)"),
+                    &o,
+                    *addr,
+                ))
+            }));
+        }
     }
 
     println!(
@@ -461,8 +513,10 @@ fn main() {
             .map(|n| n.get())
             .unwrap_or(0)
     );
-    println!("| target | requests/s | p50 µs | p99 µs | p99.9 µs | admitted |");
-    println!("|---|--:|--:|--:|--:|--:|");
+    println!(
+        "| target | requests/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/request | admitted |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|");
     for r in &mut rows {
         println!("{}", r.row());
     }
