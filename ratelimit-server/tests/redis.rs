@@ -79,6 +79,10 @@ fn two_instances_share_one_redis_all_or_nothing_and_degrade_to_a_divided_limit()
             redis.prefix().to_owned(),
             "--instances".to_owned(),
             instances.to_owned(),
+            // Generous: the exact numbers below must come from Redis, not
+            // from the fallback after a timeout on a loaded machine.
+            "--timeout".to_owned(),
+            "1s".to_owned(),
         ]
     };
     let a_args = args("2");
@@ -161,6 +165,8 @@ fn two_instances_share_one_redis_cluster_all_or_nothing() {
         cluster.prefix(),
         "--failure-policy",
         "closed",
+        "--timeout",
+        "1s",
     ];
     let a = Server::start(&args);
     let b = Server::start(&args);
