@@ -56,10 +56,12 @@ impl Source {
 /// `retry_after` is set only when denied: the exact time after which the same
 /// call would be admitted, absent other traffic.
 ///
-/// When `source` is [`Source::FailOpen`], [`Source::FailClosed`] or
-/// [`Source::Cache`] no store was consulted: `remaining` and `reset_after`
-/// are unknown and set to zero, and [`crate::RateLimitHeaders`] leaves them
-/// out rather than invent them (a cached denial keeps its `Retry-After`).
+/// When `source` is [`Source::FailOpen`] or [`Source::FailClosed`] no store
+/// was consulted: `remaining` and `reset_after` are unknown and set to zero,
+/// and [`crate::RateLimitHeaders`] leaves them out rather than invent them.
+/// A [`Source::Cache`] decision carries the numbers of the store denial it
+/// was answered from: `remaining` as the store gave it, `reset_after`
+/// counted down to the same instant, and the headers give them all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     /// Whether the call is admitted.
@@ -111,10 +113,9 @@ impl Decision {
         }
     }
 
-    /// Whether the numbers (`remaining`, `reset_after`) are known: the store,
-    /// the fallback store or a shadowed store decision made it, as opposed
-    /// to the failure policy or the deny cache (which knows only that the
-    /// call is denied and for how long at least).
+    /// Whether the store, the fallback store or a shadowed store decision
+    /// made it, as opposed to the failure policy or the deny cache (whose
+    /// numbers are those of an earlier store denial).
     pub fn is_from_store(&self) -> bool {
         matches!(
             self.source,

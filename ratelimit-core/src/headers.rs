@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::clock::Micros;
-use crate::decision::Decision;
+use crate::decision::{Decision, Source};
 use crate::quota::Quota;
 
 /// The rate-limit response fields for one decision, as plain name/value pairs.
@@ -17,7 +17,10 @@ use crate::quota::Quota;
 ///
 /// For a decision made by the failure policy (the store was not consulted)
 /// only the fields known from configuration are given: `X-RateLimit-Limit`
-/// and `RateLimit-Policy`. Nothing is invented.
+/// and `RateLimit-Policy`. Nothing is invented. A denial answered from the
+/// limiter's deny cache carries every field, as a store denial does: the
+/// cache keeps the store's numbers and the instant the state resets (see
+/// `DenyCache`, feature `deny-cache`).
 ///
 /// ```
 /// use ratelimit_core::{model, Quota, Rate, RateLimitHeaders};
@@ -32,6 +35,13 @@ use crate::quota::Quota;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateLimitHeaders {
     fields: Vec<(&'static str, String)>,
+}
+
+/// Whether a decision's `remaining` and `reset_after` are known: the store
+/// (or the fallback store) made it, or the deny cache answered it from a
+/// store denial's numbers.
+fn numbers_known(d: &Decision) -> bool {
+    d.is_from_store() || d.source == Source::Cache
 }
 
 /// Whole seconds, rounded up.
@@ -49,7 +59,7 @@ impl RateLimitHeaders {
             fields.push(("Retry-After", ceil_secs(retry).max(1).to_string()));
         }
         fields.push(("X-RateLimit-Limit", decision.limit.to_string()));
-        if decision.is_from_store() {
+        if numbers_known(decision) {
             fields.push(("X-RateLimit-Remaining", decision.remaining.to_string()));
             let reset_at = now.saturating_add(
                 u64::try_from(decision.reset_after.as_micros()).unwrap_or(u64::MAX),
@@ -67,7 +77,7 @@ impl RateLimitHeaders {
                 ceil_secs(quota.window()).max(1)
             ),
         ));
-        if decision.is_from_store() {
+        if numbers_known(decision) {
             fields.push((
                 "RateLimit",
                 format!(
@@ -131,7 +141,7 @@ impl RateLimitHeaders {
         }
         let states: Vec<String> = listed
             .iter()
-            .filter(|(d, _)| d.is_from_store())
+            .filter(|(d, _)| numbers_known(d))
             .map(|(d, q)| {
                 format!(
                     "\"{}\";r={};t={}",

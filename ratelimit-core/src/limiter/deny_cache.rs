@@ -32,10 +32,43 @@
 //!
 //! A cached denial's `retry_after` is `until - now`: never longer than the
 //! exact wait, shorter by at most the round trip of the original call.
+//!
+//! # The numbers a cached denial carries
+//!
+//! A 429 from the cache carries the same fields as one from the store
+//! (`X-RateLimit-Remaining`, `X-RateLimit-Reset`, `RateLimit`), so an entry
+//! keeps, besides `until`, the quota's `remaining` and the instant its state
+//! is fresh again, `reset_at = t_send + reset_after`, on the limiter's clock
+//! (early by at most the round trip, as `until` is). At a later instant
+//! `now` the cached decision's `reset_after` is `reset_at - now`, and its
+//! `remaining`, absent other traffic:
+//!
+//! - once `reset_at` has passed, the quota's limit (the state is fresh);
+//! - **fixed window**: the store's number until then (exact: nothing leaves
+//!   a calendar window before it ends);
+//! - **token bucket**: the whole tokens of a bucket that is full at
+//!   `reset_at` (exact but for the round trip, which can add a fraction of
+//!   a token), never fewer than the store gave;
+//! - **sliding window counter, sliding log**: the store's number, a lower
+//!   bound (what left the window since is not counted).
+//!
+//! While the cache denies a call of cost 1, each of these is 0, as the
+//! store would say.
+//!
+//! With several quotas, a denial answered by the store also keeps every
+//! quota's numbers from that answer (one shared snapshot per denial), so that
+//! a cached verdict lists every policy in `RateLimit` as the store's verdict
+//! does, by the same rules; a quota that would have admitted the denied call
+//! is given as the store gives it, `remaining` without the call and
+//! `reset_after` with it. A cached verdict is given only when every enforced
+//! quota's numbers are known; otherwise the call goes to the store.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Micros;
+use crate::decision::Decision;
+use crate::quota::{Algorithm, Quota};
 
 /// Deny cache settings (see [`crate::LimiterBuilder::deny_cache`]):
 /// at most `capacity` callers × quotas, each entry dropped once its
@@ -64,11 +97,97 @@ impl Default for DenyCache {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+/// One quota's numbers in a store answer: whether it admitted the call,
+/// what it had left, and when its state is fresh again (limiter clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Numbers {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) reset_at: Micros,
+    /// A cost the quota admitted but did not count (another quota denied
+    /// the call): its `reset_after` is that of the state with the cost
+    /// counted, its `remaining` that without.
+    uncounted: u64,
+}
+
+impl Numbers {
+    /// The numbers of a store decision for a call sent at `sent`.
+    pub(crate) fn of(d: &Decision, sent: Micros) -> Self {
+        Self {
+            allowed: d.allowed,
+            remaining: d.remaining,
+            reset_at: sent.saturating_add(micros(d.reset_after)),
+            uncounted: 0,
+        }
+    }
+
+    /// The numbers of one quota's decision in a denied verdict, for a call
+    /// of `cost` under it sent at `sent`.
+    pub(crate) fn in_denied_verdict(d: &Decision, cost: u64, sent: Micros) -> Self {
+        Self {
+            uncounted: if d.allowed { cost } else { 0 },
+            ..Self::of(d, sent)
+        }
+    }
+
+    /// `remaining` and `reset_after` at `now` under `quota`, absent other
+    /// traffic (see the module docs).
+    pub(crate) fn at(&self, now: Micros, quota: &Quota) -> (u64, Duration) {
+        if now >= self.reset_at {
+            // Fresh again: what the store says of a fresh caller, with an
+            // uncounted cost charged in `reset_after` as the store does.
+            return match crate::model::decide(quota, None, now, self.uncounted.max(1)) {
+                Ok(step) if self.uncounted > 0 => (quota.limit(), step.decision.reset_after),
+                _ => (quota.limit(), Duration::ZERO),
+            };
+        }
+        let reset_after = Duration::from_micros(self.reset_at - now);
+        match quota.algorithm() {
+            Algorithm::TokenBucket(b) => {
+                let short = (self.reset_at - now).saturating_mul(b.refill());
+                let level = b.full().saturating_sub(short) / b.unit();
+                let level = level.saturating_add(self.uncounted).min(b.capacity());
+                // The bucket with the uncounted cost charged is full again
+                // no sooner than that cost takes to refill.
+                let charged = self.uncounted.saturating_mul(b.unit()).div_ceil(b.refill());
+                (
+                    self.remaining.max(level),
+                    reset_after.max(Duration::from_micros(charged)),
+                )
+            }
+            _ => (self.remaining, reset_after),
+        }
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Every quota's numbers in one store answer, in the limiter's order.
+pub(crate) type Snapshot = Arc<[Numbers]>;
+
+#[derive(Debug, Clone)]
 struct Entry {
     cost: u64,
     sent: Micros,
     until: Micros,
+    /// The denied quota's numbers.
+    numbers: Numbers,
+    /// Every quota's numbers, when the denial came from a verdict over
+    /// several quotas.
+    snapshot: Option<Snapshot>,
+}
+
+/// A cached denial that covers a call.
+#[derive(Debug, Clone)]
+pub(crate) struct Hit {
+    /// Until when the call is certainly denied.
+    pub(crate) until: Micros,
+    /// The denied quota's numbers.
+    pub(crate) numbers: Numbers,
+    /// Every quota's numbers at the denial, if it was a verdict's.
+    pub(crate) snapshot: Option<Snapshot>,
 }
 
 /// Expires each entry after its own `retry_after` (memory only: validity is
@@ -132,29 +251,45 @@ impl Cache {
         }
     }
 
-    /// Until when a call of `cost` is certainly denied, if it is.
-    pub(crate) fn denied_until(
+    /// The cached denial that certainly denies a call of `cost` at `now`, if any.
+    pub(crate) fn denied(
         &self,
         key: &[u8],
         fingerprint: u64,
         cost: u64,
         now: Micros,
-    ) -> Option<Micros> {
+    ) -> Option<Hit> {
         let e = with_key(key, fingerprint, |k| self.map.get(k))?;
-        (cost >= e.cost && e.sent <= now && now < e.until).then_some(e.until)
+        (cost >= e.cost && e.sent <= now && now < e.until).then_some(Hit {
+            until: e.until,
+            numbers: e.numbers,
+            snapshot: e.snapshot,
+        })
     }
 
-    /// Remembers that the store denied `cost` with `retry` for a call sent at `sent`.
+    /// Remembers that the store denied `cost` with decision `d` (denied,
+    /// with a `retry_after`) for a call sent at `sent`; `snapshot`: every
+    /// quota's numbers, for a verdict over several quotas.
     pub(crate) fn remember(
         &self,
         key: &[u8],
         fingerprint: u64,
         cost: u64,
         sent: Micros,
-        retry: Duration,
+        d: &Decision,
+        snapshot: Option<Snapshot>,
     ) {
-        let until = sent.saturating_add(u64::try_from(retry.as_micros()).unwrap_or(u64::MAX));
-        let new = Entry { cost, sent, until };
+        let Some(retry) = d.retry_after.filter(|_| !d.allowed) else {
+            return;
+        };
+        let until = sent.saturating_add(micros(retry));
+        let new = Entry {
+            cost,
+            sent,
+            until,
+            numbers: Numbers::of(d, sent),
+            snapshot,
+        };
         with_key(key, fingerprint, |k| {
             if let Some(old) = self.map.get(k) {
                 // Keep the entry that covers more calls.

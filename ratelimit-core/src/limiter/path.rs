@@ -283,11 +283,7 @@ impl Limiter {
         let verdict = match self.ask(key, &charges, now).await {
             Ok(decisions) => {
                 #[cfg(feature = "deny-cache")]
-                for (i, d) in decisions.iter().enumerate() {
-                    if !inner.shadow[i] {
-                        self.remember_denial(i, key, costs[i], d, now);
-                    }
-                }
+                self.remember_verdict(key, costs, &decisions, now);
                 self.combine(decisions.into_vec())
             }
             Err(failure) => {
@@ -302,7 +298,7 @@ impl Limiter {
                 }
             }
         };
-        self.count(&verdict.decision, &inner.quotas[verdict.binding]);
+        self.count_verdict(&verdict);
         verdict
     }
 
@@ -489,7 +485,7 @@ impl Limiter {
     ) {
         #[cfg(feature = "deny-cache")]
         if !shadow {
-            self.remember_denial(index, key, cost, d, now);
+            self.remember_denial(index, key, cost, d, now, None);
         }
         #[cfg(not(feature = "deny-cache"))]
         let _ = (index, key, cost, now);
@@ -715,9 +711,35 @@ impl Limiter {
         self.count_in(d, quota, &tracing::Span::current());
     }
 
-    /// Counts the decision in the stats, metrics and `span`.
+    /// Counts a decision under one quota in the stats, metrics and `span`.
     #[inline]
     fn count_in(&self, d: &Decision, quota: &Quota, span: &tracing::Span) {
+        self.bump_stats(d);
+        telemetry::decision(&self.inner.labels, quota, d, span);
+        telemetry::policy_decision(&self.inner.labels, quota, d);
+    }
+
+    /// Counts a verdict over several quotas: the call under its binding
+    /// quota (stats, metrics, the current span), and each quota's own
+    /// decision under its policy (metrics).
+    fn count_verdict(&self, v: &Verdict) {
+        let inner = &*self.inner;
+        self.bump_stats(&v.decision);
+        let binding = &inner.quotas[v.binding];
+        telemetry::decision(
+            &inner.labels,
+            binding,
+            &v.decision,
+            &tracing::Span::current(),
+        );
+        for (quota, d) in inner.quotas.iter().zip(&v.quotas) {
+            telemetry::policy_decision(&inner.labels, quota, d);
+        }
+    }
+
+    /// Counts a decision in the limiter's stats.
+    #[inline]
+    fn bump_stats(&self, d: &Decision) {
         let c = self.inner.counters.local();
         bump(match d.source {
             Source::Store | Source::Shadow if d.allowed => &c.allowed,
@@ -727,7 +749,6 @@ impl Limiter {
             Source::Fallback => &c.fallback,
             Source::Cache => &c.cache_hits,
         });
-        telemetry::decision(&self.inner.labels, quota, d, span);
     }
 
     #[cfg(feature = "deny-cache")]
@@ -739,64 +760,134 @@ impl Limiter {
         cost: u64,
         now: Micros,
     ) -> Option<Decision> {
+        let hit = self.cache_hit(index, key, cost, now)?;
+        telemetry::cache_hit(&self.inner.labels, quota);
+        Some(cached_decision(&hit, quota, now))
+    }
+
+    /// The cached denial of quota `index` that covers a call of `cost` at `now`.
+    #[cfg(feature = "deny-cache")]
+    fn cache_hit(
+        &self,
+        index: usize,
+        key: &[u8],
+        cost: u64,
+        now: Micros,
+    ) -> Option<super::deny_cache::Hit> {
         let inner = &*self.inner;
         let cache = inner.deny_cache.as_ref()?;
         let fp = *inner.fingerprints.get(index)?;
-        let until = cache.denied_until(key, fp, cost, now)?;
-        telemetry::cache_hit(&inner.labels, quota);
-        Some(Decision {
-            allowed: false,
-            limit: quota.limit(),
-            remaining: 0,
-            reset_after: Duration::ZERO,
-            retry_after: Some(Duration::from_micros(until - now)),
-            source: Source::Cache,
-        })
+        cache.denied(key, fp, cost, now)
     }
 
+    /// A verdict from the cache: the enforced quota whose cached denial is
+    /// the longest binds; every other quota's decision is its own cached
+    /// denial or its numbers in the binding denial's snapshot. Without the
+    /// numbers of every enforced quota there is no cached verdict (the store
+    /// decides), so that its headers list every policy as the store's do.
     #[cfg(feature = "deny-cache")]
     fn cached_verdict(&self, key: &[u8], costs: &[u64], now: Micros) -> Option<Verdict> {
         let inner = &*self.inner;
         inner.deny_cache.as_ref()?;
-        let (binding, d) = inner
-            .quotas
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !inner.shadow[*i])
-            .filter_map(|(i, q)| Some((i, self.cached_denial(i, q, key, costs[i], now)?)))
-            .max_by_key(|(_, d)| d.retry_after)?;
-        let quotas = inner
-            .quotas
-            .iter()
-            .enumerate()
-            .map(|(i, q)| {
-                if i == binding {
-                    d.clone()
-                } else {
-                    Decision {
-                        source: Source::Cache,
-                        ..Decision::from_policy(true, q.limit())
-                    }
-                }
+        let hits: Vec<Option<super::deny_cache::Hit>> = (0..inner.quotas.len())
+            .map(|i| {
+                (!inner.shadow[i])
+                    .then(|| self.cache_hit(i, key, costs[i], now))
+                    .flatten()
             })
             .collect();
-        self.count(&d, &inner.quotas[binding]);
-        Some(Verdict {
-            decision: d,
+        let binding = (0..hits.len())
+            .filter(|&i| hits[i].is_some())
+            .max_by_key(|&i| hits[i].as_ref().map(|h| h.until))?;
+        let snapshot = hits[binding].as_ref()?.snapshot.clone();
+        let mut quotas = Vec::with_capacity(inner.quotas.len());
+        for (i, q) in inner.quotas.iter().enumerate() {
+            let d = match (&hits[i], snapshot.as_deref().and_then(|s| s.get(i))) {
+                (Some(hit), _) => cached_decision(hit, q, now),
+                (None, Some(n)) => {
+                    let (remaining, reset_after) = n.at(now, q);
+                    Decision {
+                        allowed: n.allowed,
+                        limit: q.limit(),
+                        remaining,
+                        reset_after,
+                        retry_after: None,
+                        source: Source::Cache,
+                    }
+                }
+                // A shadow quota's numbers are never shown.
+                (None, None) if inner.shadow[i] => Decision {
+                    source: Source::Cache,
+                    ..Decision::from_policy(true, q.limit())
+                },
+                (None, None) => return None,
+            };
+            quotas.push(d);
+        }
+        telemetry::cache_hit(&inner.labels, &inner.quotas[binding]);
+        let verdict = Verdict {
+            decision: quotas[binding].clone(),
             binding,
             quotas,
-        })
+        };
+        self.count_verdict(&verdict);
+        Some(verdict)
     }
 
     #[cfg(feature = "deny-cache")]
-    fn remember_denial(&self, index: usize, key: &[u8], cost: u64, d: &Decision, sent: Micros) {
+    fn remember_denial(
+        &self,
+        index: usize,
+        key: &[u8],
+        cost: u64,
+        d: &Decision,
+        sent: Micros,
+        snapshot: Option<super::deny_cache::Snapshot>,
+    ) {
         let inner = &*self.inner;
         let (Some(cache), Some(&fp)) = (inner.deny_cache.as_ref(), inner.fingerprints.get(index))
         else {
             return;
         };
-        if let (false, Source::Store, Some(retry)) = (d.allowed, d.source, d.retry_after) {
-            cache.remember(key, fp, cost, sent, retry);
+        if let (false, Source::Store) = (d.allowed, d.source) {
+            cache.remember(key, fp, cost, sent, d, snapshot);
         }
+    }
+
+    /// Remembers each enforced quota's denial in a store verdict, with every
+    /// quota's numbers.
+    #[cfg(feature = "deny-cache")]
+    fn remember_verdict(&self, key: &[u8], costs: &[u64], decisions: &[Decision], sent: Micros) {
+        let inner = &*self.inner;
+        if inner.deny_cache.is_none() {
+            return;
+        }
+        let denied = |(i, d): &(usize, &Decision)| !inner.shadow[*i] && !d.allowed;
+        if !decisions.iter().enumerate().any(|p| denied(&p)) {
+            return;
+        }
+        let snapshot: super::deny_cache::Snapshot = decisions
+            .iter()
+            .zip(costs)
+            .map(|(d, &cost)| super::deny_cache::Numbers::in_denied_verdict(d, cost, sent))
+            .collect();
+        for (i, d) in decisions.iter().enumerate().filter(denied) {
+            self.remember_denial(i, key, costs[i], d, sent, Some(snapshot.clone()));
+        }
+    }
+}
+
+/// A cached denial as a decision at `now`: the exact wait left, and the
+/// numbers the store gave (see the deny cache's docs).
+#[cfg(feature = "deny-cache")]
+fn cached_decision(hit: &super::deny_cache::Hit, quota: &Quota, now: Micros) -> Decision {
+    let (remaining, reset_after) = hit.numbers.at(now, quota);
+    Decision {
+        allowed: false,
+        limit: quota.limit(),
+        remaining,
+        reset_after,
+        retry_after: Some(Duration::from_micros(hit.until - now)),
+        source: Source::Cache,
     }
 }

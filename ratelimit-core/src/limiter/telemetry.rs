@@ -3,15 +3,45 @@
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
-//! | `ratelimit_decisions_total` | counter | `namespace`, `policy`, `outcome` (`allowed`/`denied`), `source` (`store`, `fail_open`, `fail_closed`, `fallback`, `cache`, `shadow`) |
+//! | `ratelimit_decisions_total` | counter | `namespace`, `policy` (the binding quota), `outcome` (`allowed`/`denied`), `source` (`store`, `fail_open`, `fail_closed`, `fallback`, `cache`, `shadow`) |
+//! | `ratelimit_policy_decisions_total` | counter | `namespace`, `policy` (every quota checked, shadow quotas included), `outcome` (that quota's own answer), `source` |
 //! | `ratelimit_store_duration_seconds` | histogram | `namespace` |
-//! | `ratelimit_store_failures_total` | counter | `namespace`, `kind` (`error`, `timeout`, `panic`) |
+//! | `ratelimit_store_failures_total` | counter | `namespace`, `kind` (`error`, `timeout`, `late`, `panic`) |
 //! | `ratelimit_breaker_open` | gauge (0/1) | `namespace` |
 //! | `ratelimit_breaker_short_circuits_total` | counter | `namespace` |
 //! | `ratelimit_deny_cache_hits_total` | counter | `namespace`, `policy` |
 //! | `ratelimit_shadow_denials_total` | counter | `namespace`, `policy` |
 //!
+//! `ratelimit_decisions_total` counts each call once, under the quota that
+//! bound it; `ratelimit_policy_decisions_total` counts it once under every
+//! quota it was checked against, with that quota's own answer, so a daily
+//! quota is visible (and how close it is to denying) long before it binds.
+//! A quota that would admit a call another quota denied counts `allowed`
+//! there; a shadow quota that would deny counts `denied` although the call
+//! was admitted.
+//!
 //! A caller key is never a label (cardinality, and keys may be API keys).
+//!
+//! Every metric is described (`# HELP` in the Prometheus format) whatever
+//! the order in which the application installs its recorder and builds its
+//! limiters: the descriptions are sent again whenever a metric is emitted
+//! to a recorder that has not had them yet.
+//!
+//! `ratelimit_store_duration_seconds` is recorded through the facade as a
+//! histogram; an exporter decides how to aggregate it. With
+//! `metrics-exporter-prometheus`, configure buckets for it (else it renders
+//! a summary, whose quantiles cannot be added up across instances). The
+//! example server uses these, in seconds, from an in-process store's
+//! microseconds to past the default 20 ms timeout:
+//! `0.00001, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02,
+//! 0.05, 0.1, 0.25`:
+//!
+//! ```text
+//! PrometheusBuilder::new().set_buckets_for_metric(
+//!     Matcher::Full("ratelimit_store_duration_seconds".into()),
+//!     &[0.00001, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25],
+//! )?
+//! ```
 //!
 //! Every decision runs in a `ratelimit.decision` span at debug level, with
 //! `namespace`, and, once decided, `policy` (the binding quota),
@@ -31,7 +61,7 @@ impl Labels {
     pub(crate) fn new(namespace: &str) -> Self {
         #[cfg(feature = "metrics")]
         {
-            describe();
+            described();
             Self {
                 namespace: metrics::SharedString::from_shared(std::sync::Arc::from(namespace)),
             }
@@ -44,14 +74,39 @@ impl Labels {
     }
 }
 
+/// Describes every metric to the current recorder unless it has had the
+/// descriptions already: a recorder installed after the limiters were built
+/// gets them with the first metric emitted to it.
 #[cfg(feature = "metrics")]
+#[inline]
+fn described() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    /// The address of the recorder that last had the descriptions.
+    static DESCRIBED: AtomicUsize = AtomicUsize::new(0);
+    let current = metrics::with_recorder(|r| {
+        std::ptr::from_ref::<dyn metrics::Recorder>(r)
+            .cast::<()>()
+            .addr()
+    });
+    if DESCRIBED.load(Ordering::Relaxed) != current
+        && DESCRIBED.swap(current, Ordering::Relaxed) != current
+    {
+        describe();
+    }
+}
+
+#[cfg(feature = "metrics")]
+#[cold]
 fn describe() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    {
         describe_counter!(
             "ratelimit_decisions_total",
-            "Rate-limit decisions by policy, outcome and source"
+            "Rate-limit decisions (one per call) by the binding policy, outcome and source"
+        );
+        describe_counter!(
+            "ratelimit_policy_decisions_total",
+            "Each quota's own rate-limit decision, for every policy a call was checked against"
         );
         describe_histogram!(
             "ratelimit_store_duration_seconds",
@@ -60,7 +115,7 @@ fn describe() {
         );
         describe_counter!(
             "ratelimit_store_failures_total",
-            "Rate-limit store calls that failed, by kind (error, timeout, panic)"
+            "Rate-limit store calls that failed, by kind (error, timeout, late, panic)"
         );
         describe_gauge!(
             "ratelimit_breaker_open",
@@ -78,7 +133,7 @@ fn describe() {
             "ratelimit_shadow_denials_total",
             "Calls a shadow (dry-run) quota would have denied"
         );
-    });
+    }
 }
 
 #[cfg(feature = "metrics")]
@@ -110,6 +165,8 @@ pub(crate) fn decision(labels: &Labels, quota: &Quota, d: &Decision, span: &trac
         span.record("source", d.source.label());
     }
     #[cfg(feature = "metrics")]
+    described();
+    #[cfg(feature = "metrics")]
     metrics::counter!(
         "ratelimit_decisions_total",
         "namespace" => labels.namespace.clone(),
@@ -120,6 +177,25 @@ pub(crate) fn decision(labels: &Labels, quota: &Quota, d: &Decision, span: &trac
     .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = labels;
+}
+
+/// One quota's own decision on a call checked against it.
+#[inline]
+pub(crate) fn policy_decision(labels: &Labels, quota: &Quota, d: &Decision) {
+    #[cfg(feature = "metrics")]
+    {
+        let denied = !d.allowed || d.source == crate::decision::Source::Shadow;
+        metrics::counter!(
+            "ratelimit_policy_decisions_total",
+            "namespace" => labels.namespace.clone(),
+            "policy" => policy(quota),
+            "outcome" => if denied { "denied" } else { "allowed" },
+            "source" => d.source.label()
+        )
+        .increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (labels, quota, d);
 }
 
 /// The start of a store call (timed only with metrics).

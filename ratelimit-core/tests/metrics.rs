@@ -1,0 +1,172 @@
+//! The limiter's metrics through the `metrics` facade: every metric is
+//! described to a recorder installed after the limiter was built, and every
+//! quota a call is checked against has its own series.
+
+#![cfg(all(feature = "tokio", feature = "metrics"))]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::ModelStore;
+use metrics::{
+    Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    with_local_recorder,
+};
+use ratelimit_core::{Limiter, ManualClock, Quota, Rate};
+
+/// Remembers the names described and the series registered.
+#[derive(Debug, Default)]
+struct Seen {
+    described: Mutex<Vec<String>>,
+    series: Mutex<Vec<String>>,
+}
+
+impl Seen {
+    fn described(&self) -> Vec<String> {
+        let mut v = self.described.lock().unwrap().clone();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    fn series(&self, name: &str) -> Vec<String> {
+        self.series
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.starts_with(&format!("{name}{{")))
+            .cloned()
+            .collect()
+    }
+
+    fn register(&self, key: &Key) {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        self.series
+            .lock()
+            .unwrap()
+            .push(format!("{}{{{}}}", key.name(), labels.join(",")));
+    }
+}
+
+impl Recorder for Seen {
+    fn describe_counter(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
+        self.described.lock().unwrap().push(key.as_str().to_owned());
+    }
+    fn describe_gauge(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
+        self.described.lock().unwrap().push(key.as_str().to_owned());
+    }
+    fn describe_histogram(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
+        self.described.lock().unwrap().push(key.as_str().to_owned());
+    }
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        self.register(key);
+        Counter::noop()
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        self.register(key);
+        Gauge::noop()
+    }
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        self.register(key);
+        Histogram::noop()
+    }
+}
+
+const ALL: [&str; 8] = [
+    "ratelimit_breaker_open",
+    "ratelimit_breaker_short_circuits_total",
+    "ratelimit_decisions_total",
+    "ratelimit_deny_cache_hits_total",
+    "ratelimit_policy_decisions_total",
+    "ratelimit_shadow_denials_total",
+    "ratelimit_store_duration_seconds",
+    "ratelimit_store_failures_total",
+];
+
+fn plan() -> Limiter {
+    let clock = ManualClock::new(1_800_000_000_000_000);
+    Limiter::builder_arc(Arc::new(ModelStore::with_sync(clock.clone(), true)))
+        .quota(
+            Quota::token_bucket(Rate::per_minute(100), 2)
+                .unwrap()
+                .named("api")
+                .unwrap(),
+        )
+        .quota(
+            Quota::sliding_window(Rate::per_day(1_000))
+                .unwrap()
+                .named("daily")
+                .unwrap(),
+        )
+        .namespace("plan")
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+/// Three calls of one caller (two admitted, the third denied by `api`),
+/// with `recorder` installed for this thread only.
+fn three_calls(limiter: &Limiter, recorder: &Seen) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    with_local_recorder(recorder, || {
+        rt.block_on(async {
+            for _ in 0..3 {
+                limiter.check_all("caller", 1).await.unwrap();
+            }
+        })
+    });
+}
+
+#[test]
+fn a_recorder_installed_after_the_limiter_gets_every_description() {
+    // Built first, with no recorder: descriptions sent now go nowhere.
+    let limiter = plan();
+    let first = Seen::default();
+    let second = Seen::default();
+    three_calls(&limiter, &first);
+    assert_eq!(first.described(), ALL, "described to the first recorder");
+    // Another recorder (a restart of the exporter, a test's own) too.
+    three_calls(&limiter, &second);
+    assert_eq!(second.described(), ALL, "described to the second recorder");
+}
+
+#[test]
+fn every_policy_checked_has_its_own_series() {
+    let limiter = plan();
+    let seen = Seen::default();
+    three_calls(&limiter, &seen);
+    // One decision per call, under the binding policy.
+    let decisions = seen.series("ratelimit_decisions_total");
+    assert_eq!(decisions.len(), 3, "{decisions:?}");
+    // Every quota's own answer: `daily` admitted all three (it never
+    // bound), `api` two of them.
+    let policies = seen.series("ratelimit_policy_decisions_total");
+    let count = |s: &str| policies.iter().filter(|p| p.contains(s)).count();
+    assert_eq!(policies.len(), 6, "{policies:?}");
+    assert_eq!(
+        count("policy=daily,outcome=allowed,source=store"),
+        3,
+        "{policies:?}"
+    );
+    assert_eq!(
+        count("policy=api,outcome=allowed,source=store"),
+        2,
+        "{policies:?}"
+    );
+    assert_eq!(
+        count("policy=api,outcome=denied,source=store"),
+        1,
+        "{policies:?}"
+    );
+    assert!(policies.iter().all(|p| p.contains("namespace=plan")));
+    assert!(
+        !policies.iter().any(|p| p.contains("caller")),
+        "a caller key as a label"
+    );
+}
