@@ -159,17 +159,39 @@ impl ClusterStoreBuilder {
                 false,
             ));
         }
+        for url in &self.urls {
+            redis::IntoConnectionInfo::into_connection_info(url.as_str()).map_err(|e| {
+                naming(
+                    format!("invalid Redis Cluster seed node URL {}", redacted(url)),
+                    e,
+                )
+            })?;
+        }
+        let seeds = || {
+            let urls: Vec<String> = self.urls.iter().map(|u| redacted(u)).collect();
+            urls.join(", ")
+        };
         let client = ClusterClientBuilder::new(self.urls.clone())
             .retries(0)
             .response_timeout(self.response_timeout)
             .overall_response_timeout(Some(self.response_timeout))
             .connection_timeout(self.connection_timeout)
             .build()
-            .map_err(error::from_redis)?;
-        let connection = client
-            .get_async_connection()
-            .await
-            .map_err(error::from_redis)?;
+            .map_err(|e| {
+                naming(
+                    format!("cannot set up a Redis Cluster client for {}", seeds()),
+                    e,
+                )
+            })?;
+        let connection = client.get_async_connection().await.map_err(|e| {
+            naming(
+                format!(
+                    "cannot reach the Redis Cluster through its seed nodes {}",
+                    seeds()
+                ),
+                e,
+            )
+        })?;
         let timeout = self.timeout.unwrap_or_else(|| {
             (self.connection_timeout + 4 * self.response_timeout).max(crate::DEFAULT_CALL_TIMEOUT)
         });
@@ -187,5 +209,59 @@ impl ClusterStoreBuilder {
             store.load_scripts().await?;
         }
         Ok(store)
+    }
+}
+
+/// A redis-rs error, classified as [`error::from_redis`] does, its message
+/// preceded by `what` (which names the node).
+fn naming(what: String, e: redis::RedisError) -> StoreError {
+    match error::from_redis(e) {
+        StoreError::Backend {
+            message,
+            transient,
+            source,
+        } => StoreError::Backend {
+            message: format!("{what}: {message}"),
+            transient,
+            source,
+        },
+        other => StoreError::message(format!("{what}: {other}"), other.is_transient()),
+    }
+}
+
+/// `url` with its password, if any, replaced by `***`: error messages name
+/// the node, never its credentials.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{path}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn passwords_are_redacted_and_the_rest_kept() {
+        assert_eq!(redacted("redis://10.0.0.1:6379/"), "redis://10.0.0.1:6379/");
+        assert_eq!(
+            redacted("redis://:s3cret@10.0.0.1:6379/0"),
+            "redis://:***@10.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redacted("rediss://app:p@ss@10.0.0.1:6380"),
+            "rediss://app:***@10.0.0.1:6380"
+        );
+        assert_eq!(redacted("redis://app@10.0.0.1/"), "redis://app@10.0.0.1/");
+        assert_eq!(redacted("not a url"), "not a url");
     }
 }
