@@ -146,7 +146,7 @@ fn the_binary_prints_the_table_and_draws_the_picture() {
         "fixed window: 200 admitted, at most 200 in a trailing minute",
         "sliding window counter: 100 admitted",
         "sliding log: 100 admitted",
-        "token bucket (burst 20): 21 admitted",
+        "token bucket (burst 20, then 1 per 0.6 s): 21 admitted",
         "limit: 100 in any trailing 60 s",
         "12:04:00.0",
     ] {
