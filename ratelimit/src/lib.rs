@@ -1,4 +1,33 @@
-#![doc = include_str!("../README.md")]
+// The README's examples are complete programs, each for the features its
+// `cargo add` lines name: as doctests they compile where all of those are on
+// (docs.rs, `--all-features`). With fewer features the crate docs are the
+// short text below. Either way `examples/tests/readme_snippets.rs` builds
+// each of them in a new project with exactly its features.
+#![cfg_attr(
+    all(
+        feature = "local",
+        feature = "tokio",
+        feature = "redis",
+        feature = "cluster",
+        feature = "axum",
+        feature = "config"
+    ),
+    doc = include_str!("../README.md")
+)]
+#![cfg_attr(
+    not(all(
+        feature = "local",
+        feature = "tokio",
+        feature = "redis",
+        feature = "cluster",
+        feature = "axum",
+        feature = "config"
+    )),
+    doc = "Distributed rate limiting, exact at the boundary: one crate to depend on, \
+           the backend chosen by cargo feature (`local`, `redis`, `fred`, `cluster`, \
+           `tower`, `axum`, `config`, `metrics`, `deny-cache`). The crate's README, \
+           shown here with those features on, has an example for each."
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use ratelimit_core::*;

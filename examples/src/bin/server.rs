@@ -42,8 +42,8 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use http::HeaderName;
-use ratelimit::tower::RateLimitInfo;
-use ratelimit::{
+use ratelimit_exact::tower::RateLimitInfo;
+use ratelimit_exact::{
     Algorithm, DenyCache, FailurePolicy, KeyExtractor, Limiter, LocalStore, MissingKey, Quota,
     Rate, RateLimitLayer, RedisStore, Store,
 };
@@ -101,7 +101,7 @@ struct Policies {
 impl Policies {
     /// The plan as sold, "100 per minute, burst 20, and 1,000 per day";
     /// logins 5 per 15 minutes.
-    fn defaults() -> Result<Self, ratelimit::ConfigError> {
+    fn defaults() -> Result<Self, ratelimit_exact::ConfigError> {
         Ok(Self {
             api: Quota::token_bucket(Rate::per_minute(100), 20)?.named("api")?,
             daily: Quota::sliding_window(Rate::per_day(1_000))?.named("daily")?,
@@ -113,7 +113,7 @@ impl Policies {
     /// The defaults, with the policies `api` and `login` taken from `path`.
     fn from_file(path: &std::path::Path) -> Result<Self, String> {
         let mut policies = Self::defaults().map_err(|e| e.to_string())?;
-        let quotas = ratelimit::config::from_path(path).map_err(|e| e.to_string())?;
+        let quotas = ratelimit_exact::config::from_path(path).map_err(|e| e.to_string())?;
         for quota in quotas {
             match quota.name() {
                 "api" => policies.api = quota,
@@ -192,11 +192,11 @@ async fn index() -> &'static str {
 
 async fn hello(Extension(info): Extension<RateLimitInfo>) -> String {
     match info.decision.source {
-        ratelimit::Source::Store => format!(
+        ratelimit_exact::Source::Store => format!(
             "hello, {}: {} of {} left in policy {:?}\n",
             info.key, info.decision.remaining, info.decision.limit, info.policy
         ),
-        ratelimit::Source::Fallback => format!(
+        ratelimit_exact::Source::Fallback => format!(
             "hello, {}: the limiter's store is unavailable; admitted in process ({} of this \
              server's share of {} left)\n",
             info.key, info.decision.remaining, info.decision.limit

@@ -1,0 +1,297 @@
+//! Every Rust example of the READMEs a newcomer reads is built (and, unless
+//! marked `no_run`, run) the way the README tells a newcomer to: in a new
+//! cargo project outside the workspace, with exactly the `cargo add` lines
+//! of the `sh` block before it, `cargo add ratelimit-exact ...` read as
+//! `cargo add --path <workspace>/ratelimit ...` as the READMEs say to do
+//! until the first release.
+//!
+//! The examples are also checked for what a reader copying them would trip
+//! on: hidden rustdoc lines (`# ...`, shown as text on GitHub), no `main`,
+//! no `cargo add` lines.
+//!
+//! The projects resolve offline, against the workspace's `Cargo.lock` and
+//! the crates cargo already has (the workspace's own build fetched them),
+//! and share one target directory under the workspace's, so a second run
+//! takes seconds.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The READMEs whose examples are checked.
+const READMES: [&str; 3] = [
+    "README.md",
+    "ratelimit/README.md",
+    "ratelimit-tower/README.md",
+];
+
+/// The facade's package name, which the `cargo add` lines use.
+const FACADE: &str = "ratelimit-exact";
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root")
+        .to_path_buf()
+}
+
+/// A fenced code block.
+#[derive(Debug)]
+struct Block {
+    /// 1-based line of the opening fence.
+    line: usize,
+    /// The info string (`rust,no_run`, `sh`, ...).
+    info: String,
+    /// The heading of the section it is in.
+    section: String,
+    code: Vec<String>,
+}
+
+fn blocks(text: &str) -> Vec<Block> {
+    let mut out = Vec::new();
+    let mut section = String::from("(top)");
+    let mut open: Option<Block> = None;
+    for (i, line) in text.lines().enumerate() {
+        match open.as_mut() {
+            Some(block) => {
+                if line.trim_start().starts_with("```") {
+                    out.push(open.take().unwrap());
+                } else {
+                    block.code.push(line.to_owned());
+                }
+            }
+            None if line.trim_start().starts_with("```") => {
+                open = Some(Block {
+                    line: i + 1,
+                    info: line.trim_start().trim_start_matches('`').trim().to_owned(),
+                    section: section.clone(),
+                    code: Vec::new(),
+                });
+            }
+            None if line.starts_with('#') => section = line.trim().to_owned(),
+            None => {}
+        }
+    }
+    out
+}
+
+/// Whether rustdoc reads the block as Rust (an unlabelled block is Rust).
+fn is_rust(info: &str) -> bool {
+    let lang = info.split(',').next().unwrap_or("").trim();
+    lang.is_empty() || lang == "rust"
+}
+
+/// One example to build, with what it needs.
+#[derive(Debug)]
+struct Example {
+    name: String,
+    code: String,
+    adds: Vec<Vec<String>>,
+    run: bool,
+}
+
+/// The examples of one README, or what is wrong with them.
+fn examples(readme: &str) -> Result<Vec<Example>, Vec<String>> {
+    let text = std::fs::read_to_string(workspace().join(readme))
+        .unwrap_or_else(|e| panic!("read {readme}: {e}"));
+    let blocks = blocks(&text);
+    let mut found = Vec::new();
+    let mut problems = Vec::new();
+    for (i, block) in blocks.iter().enumerate() {
+        if !is_rust(&block.info) {
+            continue;
+        }
+        let name = format!("{readme}:{} ({})", block.line, block.section);
+        if block.info.split(',').any(|a| a.trim() == "ignore") {
+            problems.push(format!(
+                "{name}: marked `ignore`: a README example must build"
+            ));
+            continue;
+        }
+        for (j, l) in block.code.iter().enumerate() {
+            let t = l.trim_start();
+            if t == "#" || t.starts_with("# ") {
+                problems.push(format!(
+                    "{name}, line {}: a hidden rustdoc line ({t:?}) shows as text when the \
+                     README is read or copied; write the example out whole",
+                    block.line + 1 + j
+                ));
+            }
+        }
+        let code = block.code.join("\n") + "\n";
+        if !code.contains("fn main(") {
+            problems.push(format!(
+                "{name}: no `fn main`: a README example is a complete program a newcomer can \
+                 paste into src/main.rs"
+            ));
+        }
+        // The cargo add lines: the last `sh` block before it in its section.
+        let adds: Vec<Vec<String>> = blocks[..i]
+            .iter()
+            .rev()
+            .take_while(|b| b.section == block.section)
+            .find(|b| b.info == "sh" && b.code.iter().any(|l| l.contains("cargo add")))
+            .map(|b| {
+                b.code
+                    .iter()
+                    .map(|l| l.split(" #").next().unwrap().trim())
+                    .filter(|l| l.starts_with("cargo add "))
+                    .map(|l| l.split_whitespace().map(str::to_owned).collect())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !adds
+            .iter()
+            .any(|a: &Vec<String>| a.get(2).map(String::as_str) == Some(FACADE))
+        {
+            problems.push(format!(
+                "{name}: no `cargo add {FACADE} ...` line in an `sh` block before it, in its \
+                 section: say which features and crates the example needs"
+            ));
+            continue;
+        }
+        found.push(Example {
+            name,
+            code,
+            adds,
+            run: !block.info.split(',').any(|a| a.trim() == "no_run"),
+        });
+    }
+    if problems.is_empty() {
+        Ok(found)
+    } else {
+        Err(problems)
+    }
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    // The nested builds must not pick up the outer build's settings.
+    for var in [
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET_DIR",
+        "CARGO_MANIFEST_DIR",
+    ] {
+        c.env_remove(var);
+    }
+    c
+}
+
+fn shown(args: &[String]) -> String {
+    args.join(" ")
+}
+
+/// Builds (and runs) one example in a new project under `dir`; on failure,
+/// what to tell the reader.
+fn build(example: &Example, dir: &Path, target: &Path) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        "[package]\nname = \"readme-example\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\
+         publish = false\n\n[workspace]\n\n[dependencies]\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("src/main.rs"), &example.code).unwrap();
+    // The versions the workspace builds with (and has fetched).
+    std::fs::copy(workspace().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    let facade = workspace().join("ratelimit");
+    let mut steps = Vec::new();
+    for add in &example.adds {
+        // `cargo add ratelimit-exact ...` until the first release:
+        // `cargo add --path <checkout>/ratelimit ...`, as the README says.
+        let mut args: Vec<String> = add[1..].to_vec();
+        if args[1] == FACADE {
+            args[1] = "--path".to_owned();
+            args.insert(2, facade.display().to_string());
+        }
+        steps.push(format!("cargo {}", shown(&args)));
+        let out = cargo()
+            .args(&args)
+            .arg("--offline")
+            .current_dir(dir)
+            .output()
+            .expect("run cargo add");
+        if !out.status.success() {
+            return Err(format!(
+                "`{}` failed:\n{}",
+                shown(add),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    let verb = if example.run { "run" } else { "build" };
+    let out = cargo()
+        .args([verb, "--offline", "--quiet"])
+        .env("CARGO_TARGET_DIR", target)
+        .current_dir(dir)
+        .output()
+        .expect("run cargo build");
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let hint = if stderr.contains("offline") || stderr.contains("no matching package") {
+        "\n(cargo could not resolve offline: run `cargo fetch` in the workspace once, then again)"
+    } else {
+        ""
+    };
+    Err(format!(
+        "it does not {verb} in a new project made with\n    {}\n{stderr}{hint}",
+        steps.join("\n    ")
+    ))
+}
+
+#[test]
+fn every_readme_example_builds_in_a_new_project_with_the_features_it_names() {
+    let mut failures = Vec::new();
+    let mut all = Vec::new();
+    for readme in READMES {
+        match examples(readme) {
+            Ok(found) => {
+                assert!(!found.is_empty(), "{readme} has no Rust example");
+                all.extend(found);
+            }
+            Err(problems) => failures.extend(problems),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "README examples a newcomer cannot use as shown:\n\n{}",
+        failures.join("\n\n")
+    );
+    let root = std::env::temp_dir().join(format!("ratelimit-readme-{}", std::process::id()));
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-examples");
+    for (i, example) in all.iter().enumerate() {
+        eprintln!("building {}", example.name);
+        if let Err(e) = build(example, &root.join(i.to_string()), &target) {
+            failures.push(format!("{}: {e}", example.name));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    assert!(
+        failures.is_empty(),
+        "README examples that fail as a newcomer would build them:\n\n{}",
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn the_checks_catch_hidden_lines_and_missing_cargo_add_lines() {
+    let text = "# Title\n\n## A\n\n```sh\ncargo add tokio\n```\n\n```rust\n# use std::fmt;\nlet x = 1;\n```\n\n\
+                ## B\n\n```sh\ncargo add ratelimit-exact --features redis\n```\n\n```rust,no_run\n\
+                fn main() {}\n```\n";
+    let b = blocks(text);
+    assert_eq!(b.len(), 4);
+    assert_eq!((b[1].line, b[1].section.as_str()), (9, "## A"));
+    assert!(is_rust(&b[1].info) && is_rust(&b[3].info) && !is_rust(&b[0].info));
+    let dir = std::env::temp_dir().join(format!("ratelimit-readme-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("README.md");
+    std::fs::write(&file, text).unwrap();
+    let problems = examples(file.to_str().unwrap()).unwrap_err();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(problems.len(), 3, "{problems:#?}");
+    assert!(problems[0].contains(":9 (## A), line 10: a hidden rustdoc line"));
+    assert!(problems[1].contains(":9 (## A): no `fn main`"));
+    assert!(problems[2].contains(":9 (## A): no `cargo add ratelimit-exact ...` line"));
+}
