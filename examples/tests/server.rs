@@ -391,6 +391,7 @@ fn a_caller_over_its_daily_quota_keeps_its_per_minute_tokens() {
             "#{i}"
         );
     }
+    let mut first_reset = None;
     for i in 0..10 {
         let r = request(&server, "GET", "/api/hello", &key);
         assert_eq!(r.status, 429);
@@ -403,22 +404,39 @@ fn a_caller_over_its_daily_quota_keeps_its_per_minute_tokens() {
         assert_eq!(r.header("x-ratelimit-limit"), Some("3"));
         let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
         assert!(retry > 60, "the daily quota's wait, not a token's: {retry}");
-        if i == 0 {
-            // The store's denial: the per-minute tokens were not spent on
-            // it, 17 left after three admitted (more if one refilled).
-            let state = r.header("ratelimit").unwrap();
-            let api_left: u64 = state
-                .strip_prefix("\"api\";r=")
-                .and_then(|rest| rest.split(';').next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("{state}"));
-            assert!(api_left >= 17, "{state}");
-        } else {
-            // The rest come from the deny cache, which knows the wait but
-            // not the numbers: it sends none rather than invent them.
-            assert_eq!(r.header("ratelimit"), None);
-            assert_eq!(r.header("x-ratelimit-remaining"), None);
-        }
+        // The first denial is the store's, the rest come from the deny
+        // cache: every one carries every field, as the store's does.
+        assert_eq!(
+            rate_limit_fields(&r),
+            [
+                "retry-after",
+                "x-ratelimit-limit",
+                "x-ratelimit-remaining",
+                "x-ratelimit-reset",
+                "ratelimit-policy",
+                "ratelimit",
+            ],
+            "429 #{i}: {:?}",
+            r.headers
+        );
+        assert_eq!(r.header("x-ratelimit-remaining"), Some("0"), "#{i}");
+        // The same reset instant each time (to the second it is rounded to).
+        let reset: u64 = r.header("x-ratelimit-reset").unwrap().parse().unwrap();
+        let first = *first_reset.get_or_insert(reset);
+        assert!(
+            first.abs_diff(reset) <= 1,
+            "#{i}: reset {reset}, first {first}"
+        );
+        // The per-minute tokens were not spent on the denials: 17 left
+        // after three admitted (more if one refilled), on every 429.
+        let state = r.header("ratelimit").unwrap();
+        let api_left: u64 = state
+            .strip_prefix("\"api\";r=")
+            .and_then(|rest| rest.split(';').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{state}"));
+        assert!(api_left >= 17, "#{i}: {state}");
+        assert!(state.contains(", \"daily\";r=0;t="), "#{i}: {state}");
     }
 }
 
@@ -508,4 +526,93 @@ fn metrics_count_the_decisions_of_a_scripted_run() {
         "{}",
         r.body
     );
+}
+
+/// The metric names of the limiters, each to be described.
+const METRICS: [&str; 4] = [
+    "ratelimit_decisions_total",
+    "ratelimit_policy_decisions_total",
+    "ratelimit_store_duration_seconds",
+    "ratelimit_deny_cache_hits_total",
+];
+
+#[test]
+fn metrics_are_described_latency_is_a_histogram_and_every_policy_is_labelled() {
+    let file = temp_file(
+        "metrics-help.toml",
+        "[[policies]]\nname = \"daily\"\nalgorithm = \"fixed_window\"\nlimit = 2\nwindow = \"1d\"\n",
+    );
+    // The server builds its limiters before it installs the recorder.
+    let server = start_with(&["--config", file.to_str().unwrap()]);
+    let key = [("x-api-key", "help-key")];
+    // One admitted: `daily` has not bound yet, and yet has its series.
+    assert_eq!(request(&server, "GET", "/api/hello", &key).status, 200);
+    let text = request(&server, "GET", "/metrics", &[]).body;
+    let samples = prometheus_samples(&text);
+    let has = |labels: &[(String, String)], k: &str, v: &str| {
+        labels.iter().any(|(a, b)| a == k && b == v)
+    };
+    for policy in ["api", "daily"] {
+        let n: f64 = samples
+            .iter()
+            .filter(|(n, l, _)| {
+                n == "ratelimit_policy_decisions_total"
+                    && has(l, "policy", policy)
+                    && has(l, "outcome", "allowed")
+            })
+            .map(|(_, _, v)| v)
+            .sum();
+        assert_eq!(n, 1.0, "policy {policy:?} checked once:\n{text}");
+    }
+    // Three more: the second admitted, the third denied by `daily`, the
+    // fourth from the deny cache.
+    for status in [200, 429, 429] {
+        assert_eq!(request(&server, "GET", "/api/hello", &key).status, status);
+    }
+    let text = request(&server, "GET", "/metrics", &[]).body;
+    for name in METRICS {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("# HELP {name} ")) && l.len() > name.len() + 10),
+            "no description of {name}:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("# TYPE ratelimit_store_duration_seconds histogram"),
+        "store latency is not a histogram:\n{text}"
+    );
+    // The documented buckets, in seconds, as `le` labels of the api limiter.
+    let samples = prometheus_samples(&text);
+    let buckets: Vec<f64> = samples
+        .iter()
+        .filter(|(n, l, _)| {
+            n == "ratelimit_store_duration_seconds_bucket" && has(l, "namespace", "api")
+        })
+        .filter_map(|(_, l, _)| l.iter().find(|(k, _)| k == "le"))
+        .filter(|(_, v)| v != "+Inf")
+        .map(|(_, v)| v.parse().unwrap())
+        .collect();
+    assert_eq!(
+        buckets,
+        [
+            0.00001, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25
+        ],
+        "{text}"
+    );
+    // `daily`'s own denials: the store's and the cache's.
+    let daily = |outcome: &str, source: &str| -> f64 {
+        samples
+            .iter()
+            .filter(|(n, l, _)| {
+                n == "ratelimit_policy_decisions_total"
+                    && has(l, "policy", "daily")
+                    && has(l, "outcome", outcome)
+                    && has(l, "source", source)
+            })
+            .map(|(_, _, v)| v)
+            .sum()
+    };
+    assert_eq!(daily("allowed", "store"), 2.0, "{text}");
+    assert_eq!(daily("denied", "store"), 1.0, "{text}");
+    assert_eq!(daily("denied", "cache"), 1.0, "{text}");
 }

@@ -22,9 +22,12 @@
 //!   exact in every trailing window). Fails **closed** (`503`): a store
 //!   outage must not hand a password guesser unlimited attempts.
 //! - `GET /`: a short description, not limited.
-//! - `GET /metrics`: the limiters' metrics in the Prometheus text format
-//!   (decisions by policy, outcome and source; store latency; failures;
-//!   breaker; deny-cache hits), not limited.
+//! - `GET /metrics`: the limiters' metrics in the Prometheus text format,
+//!   each with its `# HELP` line: decisions by binding policy, outcome and
+//!   source; every policy's own decisions (`daily` is there from the first
+//!   call, long before it binds); store latency as a histogram with the
+//!   buckets [`STORE_DURATION_BUCKETS`]; failures; breaker; deny-cache hits.
+//!   Not limited.
 //!
 //! Any other URL is a plain `404` (and a wrong method a `405`): not counted,
 //! no rate-limit headers.
@@ -42,11 +45,20 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use http::HeaderName;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use ratelimit_exact::tower::RateLimitInfo;
 use ratelimit_exact::{
     Algorithm, DenyCache, FailurePolicy, KeyExtractor, Limiter, LocalStore, MissingKey, Quota,
     Rate, RateLimitLayer, RedisStore, Store,
 };
+
+/// The buckets of `ratelimit_store_duration_seconds`, in seconds: from an
+/// in-process store's microseconds, through a Redis round trip's fraction of
+/// a millisecond, to past the limiters' 50 ms timeout. A histogram's buckets
+/// add up across instances; a summary's quantiles do not.
+const STORE_DURATION_BUCKETS: [f64; 12] = [
+    0.00001, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25,
+];
 
 const USAGE: &str = "usage: server [--addr <HOST:PORT>] [--redis <URL>] [--instances <N>] [--config <FILE>]\n\
     \n  --addr       listen address (default 127.0.0.1:3000)\
@@ -110,7 +122,8 @@ impl Policies {
         })
     }
 
-    /// The defaults, with the policies `api` and `login` taken from `path`.
+    /// The defaults, with the policies `api`, `daily` and `login` that
+    /// `path` gives taken from it.
     fn from_file(path: &std::path::Path) -> Result<Self, String> {
         let mut policies = Self::defaults().map_err(|e| e.to_string())?;
         let quotas = ratelimit_exact::config::from_path(path).map_err(|e| e.to_string())?;
@@ -277,8 +290,15 @@ async fn main() -> ExitCode {
     // limiter, so it costs no login attempt and is never answered 429 or 503.
     // Metrics through the `metrics` facade, rendered by the Prometheus
     // exporter's recorder (no listener of its own: `/metrics` is a route).
-    let prometheus = match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()
-    {
+    // Installed after the limiters were built: they describe their metrics
+    // to it with the first call it sees.
+    let prometheus = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("ratelimit_store_duration_seconds".to_owned()),
+            &STORE_DURATION_BUCKETS,
+        )
+        .and_then(PrometheusBuilder::install_recorder);
+    let prometheus = match prometheus {
         Ok(handle) => handle,
         Err(e) => {
             eprintln!("cannot install the metrics recorder: {e}");
