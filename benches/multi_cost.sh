@@ -18,7 +18,7 @@
 # ROUNDS (default 3); prints each round and the median. Needs redis-server,
 # redis-cli, redis-benchmark 7.
 set -euo pipefail
-# ARGV[3] of our scripts: a deadline in server µs, far ahead (as the
+# ARGV[1] of our single scripts: a deadline in server µs, far ahead (as the
 # stores send one with every call; the check is one comparison).
 DL=9000000000000000
 cd "$(dirname "$0")/.."
@@ -55,12 +55,14 @@ TB_ARGS=(1 1 1000000000 1)
 WIN_ARGS=(1 1000000000 1000000)
 single="" multi1="" multi3="" three=""
 for r in $(seq "$ROUNDS"); do
-    s=$(per_call EVALSHA "$SHA_TB" 1 "b:{c}:tb2" "" 0 "$DL" "${TB_ARGS[@]}")
-    m1=$(per_call EVALSHA "$SHA_MULTI" 1 "b:{c}:tb2" 0 "" "$DL" 1 4 0 "${TB_ARGS[@]}")
-    m3=$(per_call EVALSHA "$SHA_MULTI" 3 "b:{c}:fw" "b:{c}:sw" "b:{c}:tb2" 0 "" "$DL" 3 \
-        1 0 "${WIN_ARGS[@]}" "" 2 0 "${WIN_ARGS[@]}" "" 4 0 "${TB_ARGS[@]}")
-    f=$(per_call EVALSHA "$SHA_FW" 1 "b:{c}:fw" "" 0 "$DL" "${WIN_ARGS[@]}")
-    w=$(per_call EVALSHA "$SHA_SW" 1 "b:{c}:sw" "" 0 "$DL" "${WIN_ARGS[@]}")
+    s=$(per_call EVALSHA "$SHA_TB" 1 "b:{c}:tb2" "$DL" "${TB_ARGS[@]}")
+    # Batch layout: min expiry, 1 quota set (id 1, n quotas, 6 args per
+    # quota), then the request: now, deadline, set id.
+    m1=$(per_call EVALSHA "$SHA_MULTI" 1 "b:{c}:tb2" 0 1 1 1 4 0 "${TB_ARGS[@]}" "" "$DL" 1)
+    m3=$(per_call EVALSHA "$SHA_MULTI" 3 "b:{c}:fw" "b:{c}:sw" "b:{c}:tb2" 0 1 1 3 \
+        1 0 "${WIN_ARGS[@]}" "" 2 0 "${WIN_ARGS[@]}" "" 4 0 "${TB_ARGS[@]}" "" "$DL" 1)
+    f=$(per_call EVALSHA "$SHA_FW" 1 "b:{c}:fw" "$DL" "${WIN_ARGS[@]}" "")
+    w=$(per_call EVALSHA "$SHA_SW" 1 "b:{c}:sw" "$DL" "${WIN_ARGS[@]}" "")
     t=$(python3 -c "print(round($f + $w + $s, 2))")
     echo "round $r: single tb $s us, multi 1 quota $m1 us, multi 3 quotas $m3 us, 3 singles $t us"
     single="$single $s" multi1="$multi1 $m1" multi3="$multi3 $m3" three="$three $t"

@@ -172,6 +172,8 @@ impl ClusterStoreBuilder {
             urls.join(", ")
         };
         let client = ClusterClientBuilder::new(self.urls.clone())
+            // TCP_NODELAY: see `ratelimit_redis::RedisStoreBuilder::build`.
+            .tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true))
             .retries(0)
             .response_timeout(self.response_timeout)
             .overall_response_timeout(Some(self.response_timeout))

@@ -36,7 +36,7 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(200);
 /// there. Every key of one caller carries the hash tag `{<tag>}` (the
 /// escaped caller, hashed when long: [`ratelimit_redis::keys`]), so all of a caller's keys live in one slot
 /// whatever bytes the caller holds; a request with several charges is one
-/// run of [`ratelimit_redis::scripts::MULTI`] on their keys there (the
+/// run of [`ratelimit_redis::scripts::BATCH`] on their keys there (the
 /// same keys single-quota requests use), all or nothing, whatever the
 /// number of quotas. `MOVED`, `ASK`, `NOSCRIPT`, `TRYAGAIN`
 /// and the other errors that prove the script did not run are handled

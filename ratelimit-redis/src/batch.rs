@@ -264,8 +264,9 @@ async fn send(
     let call = if let [(item, d)] = &live[..] {
         Call::alone(&item.request, *d)
     } else {
-        let requests: Vec<(&Request, i64)> = live.iter().map(|(i, d)| (&i.request, *d)).collect();
-        Call::batch(&requests)
+        let mut requests: Vec<(&mut Request, i64)> =
+            live.iter_mut().map(|(i, d)| (&mut i.request, *d)).collect();
+        Call::batch_taking_keys(&mut requests)
     };
     let start = Instant::now();
     let sent_at = u64::try_from(

@@ -116,8 +116,9 @@ impl ServerClock {
         &self.offsets[index % self.offsets.len()]
     }
 
-    /// `ARGV[3]` for a call to server clock `index` whose caller waits
-    /// until `deadline` (see [`crate::scripts`]): the deadline in the
+    /// `ARGV[1]` of a single-quota script for a call to server clock
+    /// `index` whose caller waits until `deadline` (see
+    /// [`crate::scripts`]): the deadline in the
     /// server's µs (the local one translated by the latest offset, less
     /// [`SKEW_ALLOWANCE`]), negated as `-(deadline + 1)` when the offset is
     /// due for a refresh ([`REFRESH`]) so the reply carries `TIME`;

@@ -91,10 +91,20 @@ pub enum Outcome<'a> {
 ///
 /// A reply of another shape is a non-transient error.
 ///
+/// Each request's outcome is `-1` alone (expired) or its 4 integers per
+/// quota, whose first (allowed: 0 or 1) tells the two apart.
+///
 /// ```
 /// use ratelimit_redis::decode::{Outcome, batch};
-/// let (outcomes, now) = batch(&[1, 1, 9, 5, -1, -1, 77], &[1, 1]).unwrap();
-/// assert_eq!(outcomes, vec![Outcome::Decided(&[1, 9, 5, -1]), Outcome::Expired]);
+/// let (outcomes, now) = batch(&[1, 9, 5, -1, -1, 0, 0, 7, 40, 77], &[1, 1, 1]).unwrap();
+/// assert_eq!(
+///     outcomes,
+///     vec![
+///         Outcome::Decided(&[1, 9, 5, -1]),
+///         Outcome::Expired,
+///         Outcome::Decided(&[0, 0, 7, 40]),
+///     ]
+/// );
 /// assert_eq!(now, 77);
 /// ```
 pub fn batch<'a>(
@@ -114,15 +124,14 @@ pub fn batch<'a>(
     let (&server_now, mut rest) = reply.split_last().ok_or_else(bad)?;
     let mut out = Vec::with_capacity(quotas.len());
     for &n in quotas {
-        let (&status, tail) = rest.split_first().ok_or_else(bad)?;
-        match status {
-            1 if tail.len() >= 4 * n => {
-                out.push(Outcome::Decided(&tail[..4 * n]));
-                rest = &tail[4 * n..];
-            }
-            -1 => {
+        match rest.first() {
+            Some(-1) => {
                 out.push(Outcome::Expired);
-                rest = tail;
+                rest = &rest[1..];
+            }
+            Some(0 | 1) if n > 0 && rest.len() >= 4 * n => {
+                out.push(Outcome::Decided(&rest[..4 * n]));
+                rest = &rest[4 * n..];
             }
             _ => return Err(bad()),
         }

@@ -279,6 +279,12 @@ impl Engine {
                 true,
             ));
         }
+        // What decoding needs, kept before the request may move to a batch.
+        let limits = match req.limits[..] {
+            [_] => Vec::new(),
+            _ => req.limits.clone(),
+        };
+        let limit = req.limits.first().copied().unwrap_or(0);
         let raw = if permit.is_probe() || self.max_batch == 1 || domain.queue().try_lead() {
             // Alone: a probe, or the node has nothing in flight.
             let lead = !permit.is_probe() && self.max_batch > 1;
@@ -289,14 +295,14 @@ impl Engine {
                 .await
         } else {
             drop(permit);
-            crate::batch::enqueue(self, transport, &domain, req.clone(), deadline).await
+            crate::batch::enqueue(self, transport, &domain, req, deadline).await
         };
         let raw = raw?;
-        if req.quotas() == 1 {
-            decode::decision(&raw, req.limits[0]).map(Decisions::one)
+        if limits.is_empty() {
+            decode::decision(&raw, limit).map(Decisions::one)
         } else {
             raw.chunks_exact(4)
-                .zip(&req.limits)
+                .zip(&limits)
                 .map(|(r, &limit)| decode::decision(r, limit))
                 .collect()
         }

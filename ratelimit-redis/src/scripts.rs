@@ -35,13 +35,12 @@
 //! | | meaning |
 //! |---|---|
 //! | `KEYS[1]` | the caller's key, from [`crate::keys::key`] |
-//! | `ARGV[1]` | now in µs since the epoch, or `""` to use the server's `TIME` |
-//! | `ARGV[2]` | minimum expiry in ms (0 with the server clock; see [`INJECTED_CLOCK_MIN_EXPIRY`]) |
-//! | `ARGV[3]` | the deadline in the server's µs, after which the caller no longer waits, `0` for none; negated as `-(deadline + 1)` to also return `TIME` (`-1`: no deadline, return `TIME`; see [`crate::deadline`]) |
-//! | `ARGV[4..]` | fixed window, sliding window, sliding log: cost, limit, window µs; token bucket: `cost * unit`, refill, full, unit |
+//! | `ARGV[1]` | the deadline in the server's µs, after which the caller no longer waits, `0` for none; negated as `-(deadline + 1)` to also return `TIME` (`-1`: no deadline, return `TIME`; see [`crate::deadline`]) |
+//! | `ARGV[2..=5]` | fixed window, sliding window, sliding log: cost, limit, window µs, `""`; token bucket: `cost * unit`, refill, full, unit |
+//! | `ARGV[6]`, `ARGV[7]` | with an injected clock only: now in µs since the epoch, and the minimum expiry in ms (see [`INJECTED_CLOCK_MIN_EXPIRY`]); without them the script reads the server's `TIME` |
 //!
 //! Reply: `{allowed (0/1), remaining, reset_after_us, retry_after_us or -1}`,
-//! followed by the server's `TIME` in µs when `ARGV[3]` asked for it; or
+//! followed by the server's `TIME` in µs when `ARGV[1]` asked for it; or
 //! `{-1, server µs}` when `TIME` is past the deadline: **expired, nothing
 //! read or written**. Split by [`crate::decode::split`], decoded by
 //! [`crate::decode::decision`].
@@ -52,11 +51,12 @@
 //! |---|---|
 //! | `KEYS` | every request's keys, in order (one caller's keys share a hash tag; a cluster batch holds one slot) |
 //! | `ARGV[1]` | minimum expiry in ms |
-//! | then per request | now (`""`: `TIME`), its deadline in the server's µs (0: none), its number n of quotas, then per quota: the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[4..7]` (`""` for a window's fourth) |
+//! | `ARGV[2]` | the number of quota sets; then per set: its id, its number n of quotas, then per quota: the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[2..=5]` (`""` for a window's fourth). Requests over the same quotas share a set, sent and parsed once per call |
+//! | then per request | now (`""`: `TIME`), its deadline in the server's µs (0: none), the id of its quota set |
 //!
-//! Reply: per request `1` and 4 integers per quota (each as a single
-//! script's reply), or `-1` alone (expired: nothing written); then the
-//! server's `TIME`. Decoded by [`crate::decode::batch`]. Each request is
+//! Reply: per request 4 integers per quota (each as a single script's
+//! reply, allowed first: 0 or 1), or `-1` alone (expired: nothing written);
+//! then the server's `TIME`. Decoded by [`crate::decode::batch`]. Each request is
 //! decided exactly as it would be alone, in order: it sees the writes of
 //! the ones before it. A denied request writes nothing; a quota that
 //! admits a denied request reports its `remaining` without it.
@@ -235,36 +235,11 @@ pub fn all() -> [&'static Script; 5] {
     ]
 }
 
-/// `ARGV[1..=3]`: now, the minimum expiry, and no deadline (`0`; see
-/// [`Call::set_deadline`]).
+/// `ARGV[6..=7]` with an injected clock: now and the minimum expiry.
 fn push_now(args: &mut Vec<String>, now: Option<Micros>) {
-    match now {
-        Some(now) => {
-            args.push(now.to_string());
-            args.push(INJECTED_CLOCK_MIN_EXPIRY.as_millis().to_string());
-        }
-        None => {
-            args.push(String::new());
-            args.push("0".to_owned());
-        }
-    }
-    args.push("0".to_owned());
-}
-
-fn push_quota(args: &mut Vec<String>, quota: &Quota, cost: u64) {
-    match quota.algorithm() {
-        Algorithm::FixedWindow(w) | Algorithm::SlidingWindow(w) | Algorithm::SlidingLog(w) => {
-            args.push(cost.to_string());
-            args.push(w.limit().to_string());
-            args.push(w.window_micros().to_string());
-        }
-        Algorithm::TokenBucket(b) => {
-            // `need` is computed here: one multiplication less in Lua.
-            args.push((cost * b.unit()).to_string());
-            args.push(b.refill().to_string());
-            args.push(b.full().to_string());
-            args.push(b.unit().to_string());
-        }
+    if let Some(now) = now {
+        args.push(now.to_string());
+        args.push(INJECTED_CLOCK_MIN_EXPIRY.as_millis().to_string());
     }
 }
 
@@ -284,9 +259,61 @@ fn kind(quota: &Quota) -> &'static str {
 /// The cost must already have passed [`Quota::check_cost`].
 pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
     let mut args = Vec::with_capacity(7);
+    args.push("0".to_owned());
+    QuotaArgs::new(quota, cost, false).push_values(&mut args);
     push_now(&mut args, now);
-    push_quota(&mut args, quota, cost);
     args
+}
+
+/// One quota of a request as its script arguments, kept as numbers until a
+/// call is built (a batch formats each distinct quota set once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct QuotaArgs {
+    /// The batch script's algorithm code (see [`kind`]).
+    kind: &'static str,
+    shadow: bool,
+    /// The single script's `ARGV[2..=5]`: `x, y, z` and, for a token
+    /// bucket, `u`.
+    x: u64,
+    y: u64,
+    z: u64,
+    u: Option<u64>,
+}
+
+impl QuotaArgs {
+    fn new(quota: &Quota, cost: u64, shadow: bool) -> Self {
+        let (x, y, z, u) = match quota.algorithm() {
+            Algorithm::FixedWindow(w) | Algorithm::SlidingWindow(w) | Algorithm::SlidingLog(w) => {
+                (cost, w.limit(), w.window_micros(), None)
+            }
+            // `need` is computed here: one multiplication less in Lua.
+            Algorithm::TokenBucket(b) => (cost * b.unit(), b.refill(), b.full(), Some(b.unit())),
+        };
+        Self {
+            kind: kind(quota),
+            shadow,
+            x,
+            y,
+            z,
+            u,
+        }
+    }
+
+    /// `x, y, z, u` (`u` is `""` for a window): the single script's
+    /// `ARGV[2..=5]`.
+    fn push_values(&self, args: &mut Vec<String>) {
+        args.push(self.x.to_string());
+        args.push(self.y.to_string());
+        args.push(self.z.to_string());
+        args.push(self.u.map_or_else(String::new, |u| u.to_string()));
+    }
+
+    /// The batch script's six arguments of this quota.
+    fn push_batch(&self, args: &mut Vec<String>) {
+        args.push(self.kind.to_owned());
+        args.push(if self.shadow { "1" } else { "0" }.to_owned());
+        self.push_values(args);
+    }
 }
 
 /// One request, ready to go alone or in a batch: the caller's keys and its
@@ -299,8 +326,10 @@ pub struct Request {
     script: &'static Script,
     /// One key per quota, in order; one caller, so one hash slot.
     pub keys: Vec<String>,
-    /// Per quota: algorithm, shadow, x, y, z, u (`""` for a window).
-    quota_args: Vec<String>,
+    /// The hash slot of the keys.
+    slot: u16,
+    /// Per quota: its script arguments.
+    quota_args: Vec<QuotaArgs>,
     /// Each quota's limit, for decoding.
     pub limits: Vec<u64>,
     /// "Now" with an injected clock; `None`: the server's `TIME`.
@@ -310,26 +339,22 @@ pub struct Request {
 impl Request {
     /// A request for `caller` over `charges` (costs already checked).
     pub fn new(prefix: &str, caller: &[u8], charges: &[Charge<'_>], now: Option<Micros>) -> Self {
-        let mut quota_args = Vec::with_capacity(6 * charges.len());
-        for c in charges {
-            quota_args.push(kind(c.quota).to_owned());
-            quota_args.push(if c.shadow { "1" } else { "0" }.to_owned());
-            push_quota(&mut quota_args, c.quota, c.cost);
-            if !matches!(c.quota.algorithm(), Algorithm::TokenBucket(_)) {
-                quota_args.push(String::new());
-            }
-        }
         let script = match charges {
             [c] => for_quota(c.quota),
             _ => &BATCH,
         };
+        let keys: Vec<String> = charges
+            .iter()
+            .map(|c| crate::keys::key(prefix, caller, c.quota))
+            .collect();
         Self {
             script,
-            keys: charges
+            slot: crate::keys::slot(keys.first().map_or(&b""[..], |k| k.as_bytes())),
+            keys,
+            quota_args: charges
                 .iter()
-                .map(|c| crate::keys::key(prefix, caller, c.quota))
+                .map(|c| QuotaArgs::new(c.quota, c.cost, c.shadow))
                 .collect(),
-            quota_args,
             limits: charges.iter().map(|c| c.quota.limit()).collect(),
             now,
         }
@@ -349,7 +374,7 @@ impl Request {
 
     /// The hash slot of its keys (they share one).
     pub fn slot(&self) -> u16 {
-        crate::keys::slot(self.keys.first().map_or(&b""[..], |k| k.as_bytes()))
+        self.slot
     }
 
     /// Whether it goes alone through a single-quota script.
@@ -383,11 +408,11 @@ fn min_expiry(now: Option<Micros>) -> String {
 /// A deadline as the single-quota scripts take it (see
 /// [`crate::deadline`]), as the batch script takes it: the instant alone,
 /// 0 for none (the batch script always returns `TIME`).
-fn batch_deadline(server_micros: i64) -> i64 {
+fn batch_deadline(server_micros: i64) -> String {
     if server_micros < 0 {
-        -1 - server_micros
+        (-1 - server_micros).to_string()
     } else {
-        server_micros
+        server_micros.to_string()
     }
 }
 
@@ -397,15 +422,12 @@ impl Call {
     /// single-quota script, or a batch of one for several quotas.
     pub fn alone(request: &Request, server_deadline: i64) -> Self {
         if request.is_single() {
-            let q = &request.quota_args;
             let mut args = Vec::with_capacity(7);
-            match request.now {
-                Some(now) => args.push(now.to_string()),
-                None => args.push(String::new()),
-            }
-            args.push(min_expiry(request.now));
             args.push(server_deadline.to_string());
-            args.extend(q[2..].iter().filter(|a| !a.is_empty()).cloned());
+            if let Some(q) = request.quota_args.first() {
+                q.push_values(&mut args);
+            }
+            push_now(&mut args, request.now);
             Self {
                 script: request.script,
                 keys: request.keys.clone(),
@@ -424,21 +446,57 @@ impl Call {
             .iter()
             .flat_map(|(r, _)| r.keys.iter().cloned())
             .collect();
+        Self::batch_with_keys(requests, keys)
+    }
+
+    /// As [`Call::batch`], moving the keys out of the requests rather than
+    /// copying them (the requests are then only decoded).
+    pub fn batch_taking_keys(requests: &mut [(&mut Request, i64)]) -> Self {
+        let keys = requests
+            .iter_mut()
+            .flat_map(|(r, _)| std::mem::take(&mut r.keys))
+            .collect();
+        let shared: Vec<(&Request, i64)> = requests.iter().map(|(r, d)| (&**r, *d)).collect();
+        Self::batch_with_keys(&shared, keys)
+    }
+
+    fn batch_with_keys(requests: &[(&Request, i64)], keys: Vec<String>) -> Self {
+        // Requests over the same quotas share one set (most batches hold
+        // one): its arguments are sent and parsed once. `set_of[i]` is the
+        // set of request i, `sets` the first request of each set.
+        let mut sets: Vec<&Request> = Vec::new();
+        let mut set_of = Vec::with_capacity(requests.len());
+        for (r, _) in requests {
+            let found = sets.iter().position(|s| s.quota_args == r.quota_args);
+            set_of.push(found.unwrap_or_else(|| {
+                sets.push(r);
+                sets.len() - 1
+            }));
+        }
         let mut args = Vec::with_capacity(
-            1 + requests
+            2 + sets
                 .iter()
-                .map(|(r, _)| 3 + r.quota_args.len())
-                .sum::<usize>(),
+                .map(|s| 2 + 6 * s.quota_args.len())
+                .sum::<usize>()
+                + 3 * requests.len(),
         );
         args.push(min_expiry(requests.first().and_then(|(r, _)| r.now)));
-        for (r, deadline) in requests {
+        args.push(sets.len().to_string());
+        let ids: Vec<String> = (1..=sets.len()).map(|i| i.to_string()).collect();
+        for (id, s) in ids.iter().zip(&sets) {
+            args.push(id.clone());
+            args.push(s.quotas().to_string());
+            for q in &s.quota_args {
+                q.push_batch(&mut args);
+            }
+        }
+        for ((r, deadline), set) in requests.iter().zip(set_of) {
             match r.now {
                 Some(now) => args.push(now.to_string()),
                 None => args.push(String::new()),
             }
-            args.push(batch_deadline(*deadline).to_string());
-            args.push(r.quotas().to_string());
-            args.extend(r.quota_args.iter().cloned());
+            args.push(batch_deadline(*deadline));
+            args.push(ids[set].clone());
         }
         Self {
             script: &BATCH,
@@ -527,7 +585,7 @@ mod tests {
             args(&q, None, 2)
                 .into_iter()
                 .enumerate()
-                .map(|(i, a)| if i == 2 { "-1".to_owned() } else { a })
+                .map(|(i, a)| if i == 0 { "-1".to_owned() } else { a })
                 .collect::<Vec<_>>()
         );
         let w = Quota::fixed_window(ratelimit_core::Rate::per_minute(100)).unwrap();
@@ -540,9 +598,28 @@ mod tests {
         let call = Call::batch(&[(&r, -5), (&r2, 9)]);
         assert!(std::ptr::eq(call.script, &*BATCH));
         assert_eq!(call.keys.len(), 3);
-        assert_eq!(call.args[0], "0");
-        assert_eq!(&call.args[1..4], ["", "4", "1"]);
-        assert_eq!(call.args[10], "7");
-        assert_eq!(&call.args[11..13], ["9", "2"]);
+        // Minimum expiry, two quota sets (id, number of quotas, 6 arguments
+        // per quota), then per request: now, deadline, set.
+        assert_eq!(&call.args[..2], ["0", "2"]);
+        assert_eq!(&call.args[2..4], ["1", "1"]);
+        let mut tb = Vec::new();
+        r.quota_args[0].push_batch(&mut tb);
+        assert_eq!(call.args[4..10], tb[..]);
+        assert_eq!(tb[..2], ["4", "0"]);
+        assert_eq!(&call.args[10..12], ["2", "2"]);
+        let mut both = Vec::new();
+        r2.quota_args.iter().for_each(|q| q.push_batch(&mut both));
+        assert_eq!(call.args[12..24], both[..]);
+        assert_eq!(
+            (&both[..2], &both[5]),
+            (&["1".to_owned(), "0".to_owned()][..], &String::new())
+        );
+        assert_eq!(&call.args[24..], ["", "4", "1", "7", "9", "2"]);
+        // Requests over the same quotas share one set.
+        let r3 = Request::new("rl", b"other", &[Charge::new(&q, 2)], None);
+        let call = Call::batch(&[(&r, 0), (&r3, 0), (&r, 0)]);
+        assert_eq!(&call.args[..4], ["0", "1", "1", "1"]);
+        assert_eq!(call.args.len(), 2 + 2 + 6 + 3 * 3);
+        assert_eq!(&call.args[10..], ["", "0", "1", "", "0", "1", "", "0", "1"]);
     }
 }

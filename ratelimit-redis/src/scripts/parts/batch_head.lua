@@ -6,11 +6,14 @@
 -- KEYS     every request's keys, in order (each request's keys share the
 --          caller's hash tag; a cluster batch holds one slot)
 -- ARGV[1]  minimum expiry in ms (0 with the server clock)
+-- ARGV[2]  the number of quota sets, then each set: its id, its number n
+--          of quotas, then per quota: kind (1 fixed window, 2 sliding
+--          window, 3 sliding log, 4 token bucket), shadow (0/1), x, y, z, u
+--          (u is "" for a window). Requests over the same quotas share one
+--          set: its arguments are sent and parsed once per call.
 -- then per request: now in µs ("" for the server's TIME), the deadline in
---   the server's µs (0 or less: none), the number n of its quotas, then per
---   quota: kind (1 fixed window, 2 sliding window, 3 sliding log, 4 token
---   bucket), shadow (0/1), x, y, z, u (u is "" for a window)
--- Returns per request 1 and 4 integers per quota {allowed, remaining,
+--   the server's µs (0: none), the id of its quota set
+-- Returns per request 4 integers per quota {allowed (0/1), remaining,
 -- reset_after_us, retry_after_us or -1}, that quota's own decision; or -1
 -- alone when the request's deadline had passed before it would write
 -- (expired, nothing written); then the server's TIME in µs.
@@ -25,18 +28,36 @@ local t = redis.call('TIME')
 local st = t[1] * 1000000 + t[2]
 local min_ms = tonumber(ARGV[1])
 local fmod, fmt, find, sub, call = math.fmod, string.format, string.find, string.sub, redis.call
-local out = {}
-local a, ki, nargv = 2, 0, #ARGV
+local out, o = {}, 0
+local nargv = #ARGV
+-- The quota sets, by id: {n, then per quota kind, shadow, x, y, z, u}.
+local sets, a = {}, 3
+for _ = 1, tonumber(ARGV[2]) do
+  local n = tonumber(ARGV[a + 1])
+  local q = {n}
+  for i = 1, n do
+    local b, j = a + 2 + 6 * (i - 1), 6 * (i - 1) + 1
+    q[j + 1], q[j + 2] = ARGV[b], ARGV[b + 1]
+    q[j + 3], q[j + 4], q[j + 5], q[j + 6] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  end
+  sets[ARGV[a]] = q
+  a = a + 2 + 6 * n
+end
+-- Per quota of the current request, reused from request to request (each
+-- is written for 1..cnt before it is read): the decision's four numbers,
+-- the state to write and its expiry in ms, the remaining without this
+-- request, the charge, the kind.
+local r1, r2, r3, r4, wvs, mss, adj, xs, kinds = {}, {}, {}, {}, {}, {}, {}, {}, {}
+local ki = 0
 while a <= nargv do
-  local now, rdl, cnt = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local now, rdl, q = ARGV[a], ARGV[a + 1], sets[ARGV[a + 2]]
   a = a + 3
   if now == '' then now = st else now = tonumber(now) end
+  local cnt = q[1]
   local admitted = true
-  local res, wvs, mss, adj, xs, kinds = {}, {}, {}, {}, {}, {}
   for i = 1, cnt do
-    local kind, shadow = ARGV[a], ARGV[a + 1]
-    local x, y, z, u = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-    a = a + 6
+    local j = 6 * (i - 1) + 1
+    local kind, shadow, x, y, z, u = q[j + 1], q[j + 2], q[j + 3], q[j + 4], q[j + 5], q[j + 6]
     local key = KEYS[ki + i]
     local ok, remaining, reset, retry, cost, limit, wv = 0, 0, 0, -1, 0, 0, nil
     if kind == '4' then

@@ -5,28 +5,29 @@
       local ms = fmod(reset, 1000)
       if ms > 0 then ms = (reset - ms) / 1000 + 2 else ms = reset / 1000 + 1 end
       if ms < min_ms then ms = min_ms end
-      mss[i], wvs[i] = fmt('%d', ms), wv
+      mss[i] = fmt('%d', ms)
       -- If another quota denies the request: the remaining without it.
       local r = remaining + cost
       if r > limit then r = limit end
       adj[i] = r
-    elseif shadow == '0' then
-      admitted = false
+    else
+      wv = nil
+      if shadow == '0' then admitted = false end
     end
-    xs[i], kinds[i] = x, kind
-    res[i] = {ok, remaining, reset, retry}
+    wvs[i], xs[i], kinds[i] = wv, x, kind
+    r1[i], r2[i], r3[i], r4[i] = ok, remaining, reset, retry
   end
-  if admitted and rdl > 0 and st > rdl then
+  -- The deadline ("0": none) is read only when it can matter.
+  if admitted and rdl > '0' and st > rdl + 0 then
     -- Past its deadline: expired, nothing written.
-    out[#out + 1] = -1
+    o = o + 1
+    out[o] = -1
   else
-    out[#out + 1] = 1
     for i = 1, cnt do
-      local r = res[i]
       local wv = wvs[i]
       if wv == nil then
         -- This quota denies (a shadow one, or the request is denied).
       elseif not admitted then
-        r[2] = adj[i]
+        r2[i] = adj[i]
       elseif kinds[i] == '3' then
         local key, ms, x = KEYS[ki + i], mss[i], xs[i]

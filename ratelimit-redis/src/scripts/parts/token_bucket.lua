@@ -10,11 +10,14 @@ cost, limit = x / u, z / u
 local delta, rho = 0, 0
 local v = call('GET', key)
 if v then
-  local tat = tonumber(v)
-  if not tat then
-    local j = find(v, ':', 1, true)
+  local tat
+  local j = find(v, ':', 1, true)
+  if j then
     tat, rho = tonumber(sub(v, 1, j - 1)), tonumber(sub(v, j + 1))
     if rho > y - 1 then rho = y - 1 end
+  else
+    -- One conversion (`tonumber` converts a string twice).
+    tat = v + 0
   end
   if tat > now or (tat == now and rho > 0) then delta = tat - now else rho = 0 end
 end
