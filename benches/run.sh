@@ -22,10 +22,10 @@ done
 cargo run -q --release -p ratelimit-benches --bin bench_report -- "${baselines[@]}" | tee "$OUT/local.md"
 cargo bench -p ratelimit-benches --bench local_memory | tee "$OUT/local_memory.md"
 
-# Redis layouts: server time per call, throughput, Functions against EVALSHA,
-# sliding log cost against its length, bytes per caller (starts its own
-# redis-server).
-bash benches/script_cost.sh "$RUNS" | tee "$OUT/script_cost.md"
+# Redis scripts: server time per call through the store's real calls, ours
+# against the naive script, sliding log cost against its length, the batch
+# script per decision (starts its own redis-server).
+cargo run -q --release -p ratelimit-benches --bin script_cost -- --rounds "$RUNS" | tee "$OUT/script_cost.md"
 bash benches/multi_cost.sh "$RUNS" | tee "$OUT/multi_cost.md"
 # The same contenders as server instructions per call (callgrind; needs
 # valgrind): deterministic where the server's wall time is not.
@@ -34,6 +34,11 @@ bash benches/script_instructions.sh 5000 | grep '^|' | tee "$OUT/script_instruct
 # Redis: one process starts its own servers; RUNS runs of load and overhead.
 cargo run -q --release -p ratelimit-benches --features fred --bin redis_load -- \
     --runs "$RUNS" --cluster | tee "$OUT/redis.md"
+
+# Peers on one redis-server: ours (batched and single), the naive script,
+# redis-cell, Limitador (builds redis-cell's module and its own workspace).
+benches/peers/run.sh --runs "$RUNS" | tee "$OUT/peers.md"
+benches/peers/run.sh --runs "$RUNS" --pin | tee "$OUT/peers_pinned.md"
 
 # The failure path: a dead Redis with and without the circuit breaker, and
 # the recovery once it is back (starts its own redis-server).

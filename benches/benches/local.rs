@@ -1,7 +1,10 @@
 //! In-process benchmarks: the core model's step per algorithm, and the local
 //! store (`LocalStore`, through the `Store` trait and through
 //! `Limiter::check`) side by side with governor 0.10's keyed DashMap limiter
-//! on the same scenario, in the same run.
+//! and throttlecrab 0.4's GCRA limiter on the same scenario, in the same run.
+//! (throttlecrab's `RateLimiter` takes `&mut self` and the current time from
+//! its caller: one instance behind a mutex, `SystemTime::now()` per call, as
+//! a multi-threaded service would use it.)
 //!
 //! `cargo bench -p ratelimit-benches --bench local`; see `BENCHMARKS.md`.
 #![allow(missing_docs)]
@@ -10,7 +13,9 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
@@ -106,6 +111,8 @@ struct SameQuota {
     name: &'static str,
     ours: Quota,
     governor: governor::Quota,
+    /// throttlecrab's `(max_burst, count_per_period, period_seconds)`.
+    throttlecrab: (i64, i64, i64),
 }
 
 fn quotas() -> Vec<SameQuota> {
@@ -117,6 +124,7 @@ fn quotas() -> Vec<SameQuota> {
             ours: Quota::token_bucket(Rate::per_minute(100), 20).expect("valid"),
             governor: governor::Quota::per_minute(NonZeroU32::new(100).expect("non-zero"))
                 .allow_burst(NonZeroU32::new(20).expect("non-zero")),
+            throttlecrab: (20, 100, 60),
         },
         // A rate no benchmark loop can reach: every call is admitted (the
         // admit path).
@@ -127,6 +135,7 @@ fn quotas() -> Vec<SameQuota> {
                 NonZeroU32::new(1_000_000_000).expect("non-zero"),
             )
             .allow_burst(NonZeroU32::new(1000).expect("non-zero")),
+            throttlecrab: (1000, 1_000_000_000, 1),
         },
     ]
 }
@@ -138,6 +147,20 @@ struct Contenders {
     dyn_store: Arc<dyn Store>,
     limiter: Limiter,
     governor: DefaultKeyedRateLimiter<String>,
+    throttlecrab: Mutex<throttlecrab::RateLimiter<throttlecrab::AdaptiveStore>>,
+}
+
+/// One throttlecrab decision for `key`: admitted?
+fn throttlecrab_check(
+    limiter: &Mutex<throttlecrab::RateLimiter<throttlecrab::AdaptiveStore>>,
+    key: &str,
+    (burst, count, period): (i64, i64, i64),
+) -> bool {
+    limiter
+        .lock()
+        .rate_limit(key, burst, count, period, 1, SystemTime::now())
+        .map(|(allowed, _)| allowed)
+        .expect("valid throttlecrab parameters")
 }
 
 impl Contenders {
@@ -153,10 +176,16 @@ impl Contenders {
                 .build()
                 .expect("valid limiter"),
             governor: RateLimiter::keyed(q.governor),
+            throttlecrab: Mutex::new(throttlecrab::RateLimiter::new(
+                throttlecrab::AdaptiveStore::builder()
+                    .capacity(keys.len().max(1024))
+                    .build(),
+            )),
         };
         for k in keys {
             let _ = c.store.decide_now(k.as_bytes(), &q.ours, 1);
             let _ = c.governor.check_key(k);
+            let _ = throttlecrab_check(&c.throttlecrab, k, q.throttlecrab);
         }
         rt.block_on(async {
             for k in keys {
@@ -281,6 +310,22 @@ fn bench_contenders(
         })
     });
     report_admitted("governor", &admitted, &total);
+    reset();
+
+    group.bench_function("throttlecrab", |b| {
+        b.iter_custom(|iters| {
+            run_split(threads, iters, |t, n| {
+                let mut cur = Cursor::new(keys.len(), t, threads);
+                let mut ok = 0u64;
+                for _ in 0..n {
+                    let k = &keys[cur.next_index()];
+                    ok += u64::from(throttlecrab_check(&c.throttlecrab, k, q.throttlecrab));
+                }
+                count(ok, n);
+            })
+        })
+    });
+    report_admitted("throttlecrab", &admitted, &total);
 }
 
 criterion_group!(benches, model_step, local_store);
