@@ -24,7 +24,7 @@
 //!   (connection refused, reset, dropped). A node also opens its breaker
 //!   when the failure rate over a sliding window passes its threshold ([`ratelimit_core::CircuitBreaker`]: by default 50 % of
 //!   at least 20 calls in a second); while open, its calls fail at once
-//!   with [`StoreError::Unavailable`] naming the node, one probe per
+//!   with [`ratelimit_core::StoreError::Unavailable`] naming the node, one probe per
 //!   `probe_every` (100 ms by default) goes through, and the first probe
 //!   answered closes it. Other nodes' callers are not affected.
 //! - **A memory safeguard**, not a stall detector: at most

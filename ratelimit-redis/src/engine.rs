@@ -235,7 +235,7 @@ impl Engine {
 
     /// Answers one request: alone (the single-quota script, or a batch of
     /// one for several quotas) when its node has no call in flight, else in
-    /// the node's next batch (group commit: see [`crate::batch`]); bounded
+    /// the node's next batch (group commit, described in the crate docs); bounded
     /// by the request's deadline and the engine's timeout.
     pub async fn decide(
         &self,
