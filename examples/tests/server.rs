@@ -146,12 +146,15 @@ fn api_key_plan_missing_key_and_login() {
         denied.body
     );
 
+    // No key, or a key the server does not know: limited by client IP,
+    // one budget for both, apart from demo-key's.
     let r = request(&server, "GET", "/api/hello", &[]);
-    assert_eq!(r.status, 401);
-    assert_eq!(
-        r.header("www-authenticate"),
-        Some("ApiKey header=\"x-api-key\"")
-    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("19"));
+    assert!(r.body.contains("hello, ip:127.0.0.1"), "{}", r.body);
+    let r = request(&server, "GET", "/api/hello", &[("x-api-key", "invented")]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("18"));
 
     for i in 0..5 {
         let r = request(&server, "POST", "/login", &[]);
@@ -195,6 +198,8 @@ fn the_committed_policy_file_loads() {
                 "policy \"login\" (from {}): sliding log, 5 per 900s",
                 file.display()
             ),
+            "API keys known: 1 (demo-key); other requests to /api/* are limited per client IP"
+                .to_owned(),
         ]
     );
     let r = request(&server, "GET", "/api/hello", &[("x-api-key", "k")]);
@@ -347,8 +352,6 @@ fn unusable_api_keys_have_their_own_answers_and_cost_nothing() {
         );
     };
 
-    let r = request(&server, "GET", "/api/hello", &[]);
-    problem(&r, 401, "missing-key");
     let long = "k".repeat(257);
     let r = request(&server, "GET", "/api/hello", &[("x-api-key", &long)]);
     problem(&r, 431, "key-too-long");
@@ -361,6 +364,55 @@ fn unusable_api_keys_have_their_own_answers_and_cost_nothing() {
     let r = request(&server, "GET", "/api/hello", &[("x-api-key", "demo-key")]);
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-ratelimit-remaining"), Some("19"));
+}
+
+#[test]
+fn only_known_api_keys_have_budgets_of_their_own() {
+    let keys = temp_file("keys.txt", "# issued keys\nalpha\n\n  beta  \n");
+    let server = start_with(&["--keys", keys.to_str().unwrap()]);
+    assert!(
+        server
+            .preamble
+            .iter()
+            .any(|l| l.starts_with("API keys known: 2 (from ")),
+        "{:?}",
+        server.preamble
+    );
+    let remaining = |key: &str| {
+        let r = request(&server, "GET", "/api/hello", &[("x-api-key", key)]);
+        assert_eq!(r.status, 200, "{key}: {}", r.body);
+        r.header("x-ratelimit-remaining").unwrap().to_owned()
+    };
+    assert_eq!(remaining("alpha"), "19");
+    assert_eq!(remaining("beta"), "19");
+    // demo-key is known only without --keys: here it is the client
+    // address's budget, which every invented key draws on too. A fresh key
+    // per request does not escape the limit: the burst (20, one token back
+    // per 0.6 s) is soon spent.
+    assert_eq!(remaining("demo-key"), "19");
+    let denied = (0..60)
+        .map(|i| {
+            let key = format!("invented-{i}");
+            request(&server, "GET", "/api/hello", &[("x-api-key", key.as_str())])
+        })
+        .find(|r| r.status == 429);
+    assert!(denied.is_some(), "invented keys were never denied");
+    // The known keys' budgets are untouched (one more token, if refilled).
+    assert!(["18", "19"].contains(&remaining("alpha").as_str()));
+}
+
+#[test]
+fn an_unreadable_key_file_stops_the_server() {
+    let out = Command::new(env!("CARGO_BIN_EXE_server"))
+        .args(["--addr", &free_addr(), "--keys", "/nonexistent/keys.txt"])
+        .output()
+        .expect("run the server binary");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot read the API keys: /nonexistent/keys.txt"),
+        "{err}"
+    );
 }
 
 /// Writes `text` to a fresh file under the temporary directory.

@@ -164,6 +164,9 @@ impl std::error::Error for KeyError {}
 pub struct KeyExtractor {
     f: Arc<KeyFn>,
     describe: Cow<'static, str>,
+    /// What the extractor puts before the caller id (`key:`, `user:`,
+    /// `ip:`); empty when it puts nothing or may put several.
+    prefix: &'static str,
 }
 
 impl fmt::Debug for KeyExtractor {
@@ -206,6 +209,7 @@ impl KeyExtractor {
             check_len(value, Some(&name))?;
             Ok(Some(format!("key:{value}")))
         })
+        .prefixed("key:")
     }
 
     /// An authenticated user, placed in the request extensions by an
@@ -239,6 +243,7 @@ impl KeyExtractor {
             check_len(&id, None)?;
             Ok(Some(format!("user:{id}")))
         })
+        .prefixed("user:")
     }
 
     /// The client's IP address from the connection: key `ip:<address>`.
@@ -254,6 +259,7 @@ impl KeyExtractor {
         Self::new(Cow::Borrowed("client_ip"), |parts| {
             Ok(peer_addr(parts).map(|a| format!("ip:{}", a.ip())))
         })
+        .prefixed("ip:")
     }
 
     /// The client's IP address as reported by trusted reverse proxies in a
@@ -276,6 +282,7 @@ impl KeyExtractor {
         Self::new(describe, move |parts| {
             Ok(forwarded_entry(parts, &header, trusted_proxies).map(|ip| format!("ip:{ip}")))
         })
+        .prefixed("ip:")
     }
 
     /// Any derivation of your own. Return `None` when the request carries no
@@ -332,6 +339,75 @@ impl KeyExtractor {
         })
     }
 
+    /// This extractor, keeping only the keys that `accept` accepts: a key
+    /// it rejects counts as **no key**, so that an [`KeyExtractor::or`]
+    /// after it takes over (or, without one, the [`MissingKey`] setting
+    /// decides).
+    ///
+    /// Use it whenever the key comes from something the client writes
+    /// itself, such as an API key header that no earlier layer has
+    /// authenticated. Limited on as it comes, every invented key is a new
+    /// caller with a full budget of its own: a client that sends a fresh
+    /// key with every request is never limited, and each key it invents
+    /// takes memory in the store until its state expires (a daily quota
+    /// keeps it about a day). Verified, an unknown key is limited with
+    /// everything else that has no known key, typically by client address
+    /// (`.or(KeyExtractor::client_ip())`), and only keys you issued get a
+    /// budget of their own.
+    ///
+    /// `accept` sees the caller id without the built-ins' prefix (the API
+    /// key itself for [`KeyExtractor::header`], the id for
+    /// [`KeyExtractor::extension`], the address for the IP extractors), and
+    /// the whole key for [`KeyExtractor::from_fn`],
+    /// [`KeyExtractor::try_from_fn`] and an [`KeyExtractor::or`] chain. It
+    /// runs on every request, inside the service's call: keep it to a
+    /// lookup in memory (a set of known keys, a cache of your key store).
+    /// A check that needs I/O belongs in an authentication layer before
+    /// this one, with [`KeyExtractor::extension`] reading what it found.
+    ///
+    /// A key that is present but unusable ([`KeyError`]: too long, sent
+    /// twice) is still rejected with its own answer; `accept` never sees it.
+    ///
+    /// ```
+    /// use std::collections::HashSet;
+    /// use std::net::SocketAddr;
+    ///
+    /// use http::HeaderName;
+    /// use ratelimit_tower::KeyExtractor;
+    ///
+    /// // Keys this service issued; anything else is limited by address.
+    /// let known: HashSet<String> = ["k-123".to_owned()].into();
+    /// let key = KeyExtractor::header(HeaderName::from_static("x-api-key"))
+    ///     .verified(move |api_key| known.contains(api_key))
+    ///     .or(KeyExtractor::client_ip());
+    ///
+    /// let from = |api_key: Option<&str>| {
+    ///     let mut req = http::Request::builder();
+    ///     if let Some(k) = api_key {
+    ///         req = req.header("x-api-key", k);
+    ///     }
+    ///     let mut parts = req.body(()).unwrap().into_parts().0;
+    ///     let peer: SocketAddr = "203.0.113.7:50123".parse().unwrap();
+    ///     parts.extensions.insert(peer);
+    ///     parts
+    /// };
+    /// assert_eq!(key.extract(&from(Some("k-123"))), Ok(Some("key:k-123".into())));
+    /// // An invented key buys no budget of its own: it is limited by address,
+    /// // together with every other request from there without a known key.
+    /// assert_eq!(key.extract(&from(Some("k-invented"))), Ok(Some("ip:203.0.113.7".into())));
+    /// assert_eq!(key.extract(&from(None)), Ok(Some("ip:203.0.113.7".into())));
+    /// ```
+    pub fn verified(self, accept: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        let prefix = self.prefix;
+        let describe = Cow::Owned(format!("{}.verified()", self.describe));
+        Self::new(describe, move |parts| {
+            Ok(self
+                .extract(parts)?
+                .filter(|key| accept(key.strip_prefix(prefix).unwrap_or(key))))
+        })
+        .prefixed(prefix)
+    }
+
     /// The caller key of the request whose head is `parts`: `Ok(Some(key))`,
     /// `Ok(None)` when it carries none, or the [`KeyError`] that makes the
     /// key it carries unusable.
@@ -350,7 +426,13 @@ impl KeyExtractor {
         Self {
             f: Arc::new(f),
             describe,
+            prefix: "",
         }
+    }
+
+    fn prefixed(mut self, prefix: &'static str) -> Self {
+        self.prefix = prefix;
+        self
     }
 }
 
@@ -568,6 +650,106 @@ mod tests {
             Err(KeyError::NotVisibleAscii { .. })
         ));
         assert_eq!(key.extract(&with_peer(|b| b)), ip("127.0.0.9"));
+    }
+
+    #[test]
+    fn a_key_that_fails_verification_is_no_key() {
+        let key = KeyExtractor::header(API_KEY)
+            .verified(|k| k == "known")
+            .or(KeyExtractor::client_ip());
+        let with_peer = |f: &dyn Fn(http::request::Builder) -> http::request::Builder| {
+            let mut p = parts(f);
+            p.extensions
+                .insert("127.0.0.9:5000".parse::<SocketAddr>().unwrap());
+            p
+        };
+        assert_eq!(
+            key.extract(&with_peer(&|b| b.header("x-api-key", "known"))),
+            Ok(Some("key:known".into()))
+        );
+        // Surrounding whitespace is trimmed before the check, as before the key.
+        assert_eq!(
+            key.extract(&with_peer(&|b| b.header("x-api-key", " known "))),
+            Ok(Some("key:known".into()))
+        );
+        for unknown in ["invented", "key:known", "KNOWN"] {
+            assert_eq!(
+                key.extract(&with_peer(&|b| b.header("x-api-key", unknown))),
+                ip("127.0.0.9"),
+                "{unknown}"
+            );
+        }
+        assert_eq!(key.extract(&with_peer(&|b| b)), ip("127.0.0.9"));
+        assert!(
+            format!("{key:?}").contains("header(x-api-key).verified().or(client_ip)"),
+            "{key:?}"
+        );
+
+        // Without a fallback, an unknown key is a missing key.
+        let alone = KeyExtractor::header(API_KEY).verified(|k| k == "known");
+        assert_eq!(
+            alone.extract(&parts(|b| b.header("x-api-key", "x"))),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn verification_never_hides_an_unusable_key() {
+        let key = KeyExtractor::header(API_KEY)
+            .verified(|_| panic!("an unusable key is never verified"))
+            .or(KeyExtractor::client_ip());
+        let twice = parts(|b| b.header("x-api-key", "a").header("x-api-key", "b"));
+        assert!(matches!(
+            key.extract(&twice),
+            Err(KeyError::Duplicate { .. })
+        ));
+        let long = parts(|b| b.header("x-api-key", "k".repeat(MAX_KEY_LEN + 1)));
+        assert!(matches!(key.extract(&long), Err(KeyError::TooLong { .. })));
+    }
+
+    #[test]
+    fn verification_sees_the_id_without_the_built_in_prefix() {
+        use std::sync::Mutex;
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let record = |e: KeyExtractor| {
+            let seen = seen.clone();
+            e.verified(move |k| {
+                seen.lock().unwrap().push(k.to_owned());
+                true
+            })
+        };
+        let mut p = parts(|b| {
+            b.header("x-api-key", "k1")
+                .header("x-forwarded-for", "10.1.2.3")
+        });
+        p.extensions
+            .insert("127.0.0.9:5000".parse::<SocketAddr>().unwrap());
+        p.extensions.insert(7_u64);
+        let xff = HeaderName::from_static("x-forwarded-for");
+        for e in [
+            KeyExtractor::header(API_KEY),
+            KeyExtractor::extension(|u: &u64| Some(u.to_string())),
+            KeyExtractor::client_ip(),
+            KeyExtractor::forwarded_ip(xff, 1),
+            KeyExtractor::from_fn(|_| Some("tenant:acme".into())),
+            KeyExtractor::from_fn(|_| None).or(KeyExtractor::header(API_KEY)),
+            // Verified twice: the inner check passes on what it saw.
+            KeyExtractor::header(API_KEY).verified(|_| true),
+        ] {
+            assert!(record(e).extract(&p).unwrap().is_some());
+        }
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "k1",
+                "7",
+                "127.0.0.9",
+                "10.1.2.3",
+                "tenant:acme",
+                "key:k1",
+                "k1"
+            ]
+        );
     }
 
     #[test]

@@ -5,14 +5,20 @@
 //! cargo run -p ratelimit-examples --bin server -- --redis redis://127.0.0.1:6379/ # shared Redis
 //! cargo run -p ratelimit-examples --bin server -- --addr 127.0.0.1:8080
 //! cargo run -p ratelimit-examples --bin server -- --config examples/policies.toml
+//! cargo run -p ratelimit-examples --bin server -- --keys known-keys.txt            # the API keys issued
 //! ```
 //!
 //! - `GET /api/hello`, `POST /api/orders`: the per-API-key plan, two quotas
 //!   decided all or nothing: "100 per minute, burst 20" (policy `api`, token
 //!   bucket) and "1,000 per day" (policy `daily`, sliding window counter),
-//!   keyed by `x-api-key`; a caller over its daily quota gets a 429 naming
-//!   `daily` and keeps its per-minute tokens. No key is a `401`, a key over
-//!   256 bytes a `431`, the header sent twice a `400`. While the store is
+//!   keyed by `x-api-key` **when the key is one the server knows**
+//!   (`--keys FILE`; default: `demo-key` only); a request with an unknown
+//!   key or none is limited by client IP, under the same plan. The header is
+//!   unauthenticated: limited on as sent, every invented key would be a
+//!   fresh budget and a new entry in the store's memory for a day. A caller
+//!   over its daily quota gets a 429 naming `daily` and keeps its
+//!   per-minute tokens. A key over 256 bytes is a `431`, the header sent
+//!   twice a `400`, known or not. While the store is
 //!   unavailable it keeps limiting **in process**, at each limit divided by
 //!   `--instances N` (the servers sharing the quota; default 1): a store
 //!   outage must not become an API outage, nor switch the limit off.
@@ -35,7 +41,14 @@
 //! `--config FILE` reads the policies `api`, `daily` and `login` from a
 //! TOML, YAML or JSON file (see `examples/policies.toml`); a policy the file leaves out
 //! keeps its default above, and any other name is an error.
+//!
+//! `--keys FILE` reads the API keys the server knows, one per line (blank
+//! lines and lines starting with `#` ignored, surrounding whitespace
+//! trimmed). A real service would check its own key store, or
+//! authenticate in a layer before the limiter and key on what that layer
+//! found ([`KeyExtractor::extension`]).
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -60,18 +73,25 @@ const STORE_DURATION_BUCKETS: [f64; 12] = [
     0.00001, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25,
 ];
 
-const USAGE: &str = "usage: server [--addr <HOST:PORT>] [--redis <URL>] [--instances <N>] [--config <FILE>]\n\
+/// The API keys the server knows without `--keys`.
+const DEMO_KEYS: [&str; 1] = ["demo-key"];
+
+const USAGE: &str = "usage: server [--addr <HOST:PORT>] [--redis <URL>] [--instances <N>] [--config <FILE>] [--keys <FILE>]\n\
     \n  --addr       listen address (default 127.0.0.1:3000)\
     \n  --redis      share limits through Redis at URL (default: in-process store)\
     \n  --instances  servers sharing the limits (default 1): while Redis is unavailable each\
     \n               keeps limiting in process at its share, each limit / N\
-    \n  --config     read the policies \"api\", \"daily\" and \"login\" from a .toml, .yaml or .json file";
+    \n  --config     read the policies \"api\", \"daily\" and \"login\" from a .toml, .yaml or .json file\
+    \n  --keys       the API keys this server knows, one per line (default: demo-key). /api/* is\
+    \n               limited per x-api-key only for a known key; an unknown key or none is limited\
+    \n               per client IP, so that invented keys buy no budget and no memory";
 
 struct Args {
     addr: SocketAddr,
     redis: Option<String>,
     instances: u32,
     config: Option<PathBuf>,
+    keys: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
@@ -80,6 +100,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         redis: None,
         instances: 1,
         config: None,
+        keys: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -96,6 +117,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 ))?;
             }
             "--config" => args.config = Some(it.next().ok_or("--config needs a file")?.into()),
+            "--keys" => args.keys = Some(it.next().ok_or("--keys needs a file")?.into()),
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -163,10 +185,23 @@ fn describe(quota: &Quota) -> String {
     }
 }
 
+/// The API keys in `path`: one per line; blank lines and `#` comments
+/// ignored, surrounding whitespace trimmed.
+fn read_keys(path: &std::path::Path) -> Result<HashSet<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect())
+}
+
 fn layers(
     store: Arc<dyn Store>,
     policies: Policies,
     instances: u32,
+    known_keys: HashSet<String>,
 ) -> Result<(RateLimitLayer, RateLimitLayer), Box<dyn std::error::Error>> {
     // Degraded: decided in process at each limit / instances (the default
     // degraded mode, made explicit by giving the number of servers once).
@@ -179,8 +214,15 @@ fn layers(
         .timeout(Duration::from_millis(50))
         .build()?;
     let api_key = HeaderName::from_static("x-api-key");
+    // A known API key has a budget of its own; an unknown one (or none)
+    // shares its client IP's: the header is not authenticated, and keying
+    // on whatever a client sends would let it mint unlimited budgets.
     let api = RateLimitLayer::new(api)
-        .key(KeyExtractor::header(api_key.clone()))
+        .key(
+            KeyExtractor::header(api_key.clone())
+                .verified(move |key| known_keys.contains(key))
+                .or(KeyExtractor::client_ip()),
+        )
         .on_missing_key(MissingKey::unauthorized_api_key(&api_key));
 
     let login = Limiter::builder_arc(store)
@@ -197,7 +239,7 @@ fn layers(
 
 async fn index() -> &'static str {
     "ratelimit example server\n\
-     GET  /api/hello   policies \"api\" and \"daily\" per x-api-key (default: 100/min, burst 20, token bucket; and 1,000/day, sliding window; while the store is unavailable, in process at each limit / --instances)\n\
+     GET  /api/hello   policies \"api\" and \"daily\" per known x-api-key, else per client IP (default: 100/min, burst 20, token bucket; and 1,000/day, sliding window; while the store is unavailable, in process at each limit / --instances)\n\
      POST /api/orders  same policy; send an Idempotency-Key, 429s invite retries\n\
      POST /login       policy \"login\" per client IP (default: 5 per 15 min, sliding log; fails closed)\n\
      GET  /metrics     the limiters' metrics, Prometheus text format\n"
@@ -278,7 +320,25 @@ async fn main() -> ExitCode {
             }
         },
     };
-    let (api, login_limit) = match layers(store, policies, args.instances) {
+    let known_keys = match &args.keys {
+        None => DEMO_KEYS.iter().map(|k| (*k).to_owned()).collect(),
+        Some(path) => match read_keys(path) {
+            Ok(keys) => keys,
+            Err(e) => {
+                eprintln!("cannot read the API keys: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let summary = format!(
+        "{summary}\nAPI keys known: {} ({}); other requests to /api/* are limited per client IP",
+        known_keys.len(),
+        match &args.keys {
+            Some(path) => format!("from {}", path.display()),
+            None => "demo-key".to_owned(),
+        }
+    );
+    let (api, login_limit) = match layers(store, policies, args.instances, known_keys) {
         Ok(layers) => layers,
         Err(e) => {
             eprintln!("invalid rate-limit configuration: {e}");
