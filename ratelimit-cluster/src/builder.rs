@@ -1,11 +1,10 @@
 //! [`ClusterStoreBuilder`]: a [`ClusterStore`] over redis-rs' `cluster-async`.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use ratelimit_core::{Clock, StoreError};
-use ratelimit_redis::engine::{DEFAULT_MAX_IN_FLIGHT, Engine};
+use ratelimit_core::StoreError;
+use ratelimit_redis::options::Options;
 use ratelimit_redis::{error, keys};
 use redis::cluster::ClusterClientBuilder;
 
@@ -32,30 +31,20 @@ pub const DEFAULT_CONNECTION_TIMEOUT: Duration = ratelimit_redis::DEFAULT_CONNEC
 ///     .await?;
 /// # Ok(()) }
 /// ```
+#[derive(Debug)]
 pub struct ClusterStoreBuilder {
-    urls: Vec<String>,
-    prefix: String,
-    clock: Option<Arc<dyn Clock>>,
-    response_timeout: Duration,
-    connection_timeout: Duration,
-    timeout: Option<Duration>,
-    max_in_flight: usize,
+    seeds: Seeds,
+    options: Options,
     load_scripts: bool,
 }
 
-impl fmt::Debug for ClusterStoreBuilder {
+/// The seed nodes' URLs, counted but not shown by `Debug`: they may hold a
+/// password.
+struct Seeds(Vec<String>);
+
+impl fmt::Debug for Seeds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // URLs may hold a password: leave them out.
-        f.debug_struct("ClusterStoreBuilder")
-            .field("nodes", &self.urls.len())
-            .field("prefix", &self.prefix)
-            .field("clock", &self.clock)
-            .field("response_timeout", &self.response_timeout)
-            .field("connection_timeout", &self.connection_timeout)
-            .field("timeout", &self.timeout)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("load_scripts", &self.load_scripts)
-            .finish_non_exhaustive()
+        write!(f, "{} seed node URLs", self.0.len())
     }
 }
 
@@ -79,62 +68,19 @@ impl ClusterStore {
         S: Into<String>,
     {
         ClusterStoreBuilder {
-            urls: urls.into_iter().map(Into::into).collect(),
-            prefix: keys::DEFAULT_PREFIX.to_owned(),
-            clock: None,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
-            timeout: None,
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            seeds: Seeds(urls.into_iter().map(Into::into).collect()),
+            options: Options::default(),
             load_scripts: true,
         }
     }
 }
 
 impl ClusterStoreBuilder {
-    /// The key prefix (default `rl`): 1 to 64 characters of
-    /// `A-Z a-z 0-9 _ - . :`. Checked by [`ClusterStoreBuilder::build`].
-    pub fn prefix(mut self, prefix: &str) -> Self {
-        prefix.clone_into(&mut self.prefix);
-        self
-    }
-
-    /// Takes "now" from `clock` instead of the server's `TIME`: for tests and
-    /// replays only.
-    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.clock = Some(Arc::new(clock));
-        self
-    }
-
-    /// How long to wait for each reply from a node (default
-    /// [`DEFAULT_RESPONSE_TIMEOUT`]). redis-rs waits forever unless told.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// How long to wait for each connection attempt to a node (default
-    /// [`DEFAULT_CONNECTION_TIMEOUT`]).
-    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
-        self.connection_timeout = timeout;
-        self
-    }
-
-    /// The bound on one whole decision, redirects and retries included
-    /// (default: the larger of [`crate::DEFAULT_CALL_TIMEOUT`] and one
-    /// connection timeout plus four response timeouts).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// The bound on script calls in flight at once (default
-    /// [`DEFAULT_MAX_IN_FLIGHT`]); beyond it a call fails at once with a
-    /// transient error instead of queueing behind a stalled node.
-    pub fn max_in_flight(mut self, max: usize) -> Self {
-        self.max_in_flight = max;
-        self
-    }
+    ratelimit_redis::options_setters!(
+        timeout_default = "the larger of [`crate::DEFAULT_CALL_TIMEOUT`] and one connection \
+                           timeout plus four response timeouts; redirects and retries \
+                           included"
+    );
 
     /// Whether [`ClusterStoreBuilder::build`] loads the scripts on every
     /// master (default true; see [`ClusterStore::load_scripts`]).
@@ -152,14 +98,19 @@ impl ClusterStoreBuilder {
     /// reached now; once built, the store reconnects and follows topology
     /// changes by itself.
     pub async fn build(self) -> Result<ClusterStore, StoreError> {
-        keys::check_prefix(&self.prefix).map_err(|m| StoreError::message(m, false))?;
-        if self.urls.is_empty() {
+        let options = &self.options;
+        let engine = options.engine(
+            (options.connection_timeout + 4 * options.response_timeout)
+                .max(crate::DEFAULT_CALL_TIMEOUT),
+            keys::SLOTS,
+        )?;
+        if self.seeds.0.is_empty() {
             return Err(StoreError::message(
                 "a cluster store needs at least one seed node URL",
                 false,
             ));
         }
-        for url in &self.urls {
+        for url in &self.seeds.0 {
             redis::IntoConnectionInfo::into_connection_info(url.as_str()).map_err(|e| {
                 naming(
                     format!("invalid Redis Cluster seed node URL {}", redacted(url)),
@@ -168,16 +119,16 @@ impl ClusterStoreBuilder {
             })?;
         }
         let seeds = || {
-            let urls: Vec<String> = self.urls.iter().map(|u| redacted(u)).collect();
+            let urls: Vec<String> = self.seeds.0.iter().map(|u| redacted(u)).collect();
             urls.join(", ")
         };
-        let client = ClusterClientBuilder::new(self.urls.clone())
+        let client = ClusterClientBuilder::new(self.seeds.0.clone())
             // TCP_NODELAY: see `ratelimit_redis::RedisStoreBuilder::build`.
             .tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true))
             .retries(0)
-            .response_timeout(self.response_timeout)
-            .overall_response_timeout(Some(self.response_timeout))
-            .connection_timeout(self.connection_timeout)
+            .response_timeout(options.response_timeout)
+            .overall_response_timeout(Some(options.response_timeout))
+            .connection_timeout(options.connection_timeout)
             .build()
             .map_err(|e| {
                 naming(
@@ -194,13 +145,6 @@ impl ClusterStoreBuilder {
                 e,
             )
         })?;
-        let timeout = self.timeout.unwrap_or_else(|| {
-            (self.connection_timeout + 4 * self.response_timeout).max(crate::DEFAULT_CALL_TIMEOUT)
-        });
-        let mut engine = Engine::new(timeout, keys::SLOTS);
-        engine.set_prefix(&self.prefix)?;
-        engine.set_clock(self.clock);
-        engine.set_max_in_flight(self.max_in_flight);
         // Every master's clock, learnt now: the first call on each slot
         // carries a deadline too (see `ratelimit_redis::deadline`).
         crate::connection::learn_clocks(&connection, engine.server_clock()).await;

@@ -3,7 +3,7 @@
 //! call and its routing differ.
 
 use ratelimit_redis::error;
-use ratelimit_redis::scripts::Script;
+use ratelimit_redis::scripts::Call;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{Cmd, FromRedisValue, Value};
@@ -22,21 +22,17 @@ pub(crate) enum Backend {
 
 impl Backend {
     /// One attempt: `EVALSHA` (or `EVAL` with the source when `source`) of
-    /// `script` on `keys` (one slot), sent where `route` says.
+    /// `call` (its keys share one slot), sent where `route` says.
     pub(crate) async fn eval(
         &self,
-        script: &Script,
-        keys: &[String],
-        args: &[String],
+        call: &Call,
         route: &Route,
         source: bool,
     ) -> Result<Vec<i64>, Failure> {
         match self {
-            Self::Redis(conn) => redis_eval(conn.clone(), script, keys, args, route, source).await,
+            Self::Redis(conn) => redis_eval(conn.clone(), call, route, source).await,
             #[cfg(feature = "fred")]
-            Self::Fred(client) => {
-                crate::fred::eval(client, script, keys, args, route, source).await
-            }
+            Self::Fred(client) => crate::fred::eval(client, call, route, source).await,
         }
     }
 
@@ -72,42 +68,7 @@ impl Backend {
     /// now (`None` when it cannot be read).
     pub(crate) async fn slot_ranges(&self) -> Option<Vec<(u16, u16, String)>> {
         match self {
-            Self::Redis(conn) => {
-                let mut conn = conn.clone();
-                let slots = conn
-                    .route_command(
-                        redis::cmd("CLUSTER").arg("SLOTS").clone(),
-                        redis::cluster_routing::RoutingInfo::SingleNode(
-                            SingleNodeRoutingInfo::Random,
-                        ),
-                    )
-                    .await
-                    .ok()?;
-                let ranges = redis::from_redis_value::<Vec<Vec<Value>>>(slots).ok()?;
-                Some(
-                    ranges
-                        .iter()
-                        .filter_map(|r| {
-                            let (Some(Value::Int(start)), Some(Value::Int(end))) =
-                                (r.first(), r.get(1))
-                            else {
-                                return None;
-                            };
-                            let master =
-                                redis::from_redis_value::<Vec<Value>>(r.get(2)?.clone()).ok()?;
-                            let host =
-                                redis::from_redis_value::<String>(master.first()?.clone()).ok()?;
-                            let port =
-                                redis::from_redis_value::<u16>(master.get(1)?.clone()).ok()?;
-                            Some((
-                                u16::try_from(*start).ok()?,
-                                u16::try_from(*end).ok()?,
-                                format!("{host}:{port}"),
-                            ))
-                        })
-                        .collect(),
-                )
-            }
+            Self::Redis(conn) => redis_slot_ranges(conn).await,
             #[cfg(feature = "fred")]
             Self::Fred(client) => {
                 use fred::interfaces::ClusterInterface;
@@ -138,17 +99,49 @@ impl Backend {
     }
 }
 
-fn script_cmd(script: &Script, keys: &[String], args: &[String], source: bool) -> Cmd {
+/// Each slot range and its master (`host:port`), from `CLUSTER SLOTS` on
+/// any node (`None` when it cannot be read).
+async fn redis_slot_ranges(conn: &ClusterConnection) -> Option<Vec<(u16, u16, String)>> {
+    let slots = conn
+        .clone()
+        .route_command(
+            redis::cmd("CLUSTER").arg("SLOTS").clone(),
+            redis::cluster_routing::RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await
+        .ok()?;
+    let ranges = redis::from_redis_value::<Vec<Vec<Value>>>(slots).ok()?;
+    Some(
+        ranges
+            .iter()
+            .filter_map(|r| {
+                let (Some(Value::Int(start)), Some(Value::Int(end))) = (r.first(), r.get(1)) else {
+                    return None;
+                };
+                let master = redis::from_redis_value::<Vec<Value>>(r.get(2)?.clone()).ok()?;
+                let host = redis::from_redis_value::<String>(master.first()?.clone()).ok()?;
+                let port = redis::from_redis_value::<u16>(master.get(1)?.clone()).ok()?;
+                Some((
+                    u16::try_from(*start).ok()?,
+                    u16::try_from(*end).ok()?,
+                    format!("{host}:{port}"),
+                ))
+            })
+            .collect(),
+    )
+}
+
+fn script_cmd(call: &Call, source: bool) -> Cmd {
     let mut cmd = if source {
         let mut c = redis::cmd("EVAL");
-        c.arg(script.lua());
+        c.arg(call.script.lua());
         c
     } else {
         let mut c = redis::cmd("EVALSHA");
-        c.arg(script.sha1());
+        c.arg(call.script.sha1());
         c
     };
-    cmd.arg(keys.len()).arg(keys).arg(args);
+    cmd.arg(call.keys.len()).arg(&call.keys).arg(&call.args);
     cmd
 }
 
@@ -180,14 +173,12 @@ fn decode_value(value: Value) -> Result<Vec<i64>, Failure> {
 
 async fn redis_eval(
     mut conn: ClusterConnection,
-    script: &Script,
-    keys: &[String],
-    args: &[String],
+    call: &Call,
     route: &Route,
     source: bool,
 ) -> Result<Vec<i64>, Failure> {
     use redis::cluster_routing::RoutingInfo;
-    let cmd = script_cmd(script, keys, args, source);
+    let cmd = script_cmd(call, source);
     match route {
         // Routed by the first key (EVAL/EVALSHA name the keys after
         // numkeys; every key of one call shares its slot) to the slot's
@@ -236,26 +227,11 @@ pub(crate) async fn learn_clocks(
     clock: &ratelimit_redis::deadline::ServerClock,
 ) {
     use redis::cluster_routing::{Route as SlotRoute, RoutingInfo, SlotAddr};
+    let Some(ranges) = redis_slot_ranges(conn).await else {
+        return;
+    };
     let mut conn = conn.clone();
-    let Ok(slots) = conn
-        .route_command(
-            redis::cmd("CLUSTER").arg("SLOTS").clone(),
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-        )
-        .await
-    else {
-        return;
-    };
-    let Ok(ranges) = redis::from_redis_value::<Vec<Vec<Value>>>(slots) else {
-        return;
-    };
-    for range in ranges {
-        let (Some(Value::Int(start)), Some(Value::Int(end))) = (range.first(), range.get(1)) else {
-            continue;
-        };
-        let (Ok(start), Ok(end)) = (u16::try_from(*start), u16::try_from(*end)) else {
-            continue;
-        };
+    for (start, end, _master) in ranges {
         let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(SlotRoute::new(
             start,
             SlotAddr::Master,

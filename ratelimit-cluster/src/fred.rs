@@ -12,10 +12,9 @@
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::config::Options;
-use fred::types::{ClusterHash, CustomCommand, Value};
 use ratelimit_core::StoreError;
 use ratelimit_redis::error;
-use ratelimit_redis::scripts::Script;
+use ratelimit_redis::scripts::Call;
 
 use crate::retry::{self, Failure, Next, Route};
 
@@ -50,25 +49,14 @@ fn failure(err: fred::error::Error) -> Failure {
 /// it) is retried through fred's refreshed slot map.
 pub(crate) async fn eval(
     client: &Client,
-    script: &Script,
-    keys: &[String],
-    args: &[String],
+    call: &Call,
     _route: &Route,
     source: bool,
 ) -> Result<Vec<i64>, Failure> {
-    // Every key of one call carries the caller's hash tag: one slot.
-    let slot = fred::util::redis_keyslot(keys.first().map_or(&b""[..], |k| k.as_bytes()));
-    let (name, body) = if source {
-        ("EVAL", script.lua())
-    } else {
-        ("EVALSHA", script.sha1())
-    };
-    let command = CustomCommand::new_static(name, ClusterHash::Custom(slot), false);
-    let mut values: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
-    values.push(body.into());
-    values.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
-    values.extend(keys.iter().map(|k| Value::from(k.as_str())));
-    values.extend(args.iter().map(|a| Value::from(a.as_str())));
+    // Routed by the first key's slot: every key of one call carries the
+    // caller's hash tag.
+    let (command, values) =
+        ratelimit_redis::fred::script_command(call.script, &call.keys, &call.args, source);
     // One write, and no redirection followed inside fred: after a MOVED or
     // ASK fred would write the script again, which one attempt forbids, and
     // it would answer "Too many failed write attempts", the same words as

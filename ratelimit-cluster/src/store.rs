@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ratelimit_core::store::{Answer, Capabilities, Request};
-use ratelimit_core::{Clock, Quota, Store, StoreError};
+use ratelimit_core::{Store, StoreError};
 use ratelimit_redis::engine::{Engine, Transport};
 use ratelimit_redis::keys;
 use ratelimit_redis::scripts::Call;
@@ -80,10 +80,7 @@ impl fmt::Debug for ClusterStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClusterStore")
             .field("client", &self.router.backend.name())
-            .field("prefix", &self.engine.prefix())
-            .field("clock", &self.engine.clock())
-            .field("timeout", &self.engine.timeout())
-            .field("max_in_flight", &self.engine.max_in_flight())
+            .field("engine", &self.engine)
             .finish()
     }
 }
@@ -111,63 +108,7 @@ impl ClusterStore {
         Self::from_backend(Backend::Redis(connection))
     }
 
-    /// Uses another key prefix (see [`keys::check_prefix`]).
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self, StoreError> {
-        self.engine.set_prefix(prefix)?;
-        Ok(self)
-    }
-
-    /// Takes "now" from `clock` instead of the servers' `TIME`: for tests
-    /// and replays only.
-    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.engine.set_clock(Some(Arc::new(clock)));
-        self
-    }
-
-    /// Bounds every decision, redirects and retries included, by `timeout`.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.engine.set_timeout(timeout);
-        self
-    }
-
-    /// Bounds the script calls in flight at once (default
-    /// [`ratelimit_redis::engine::DEFAULT_MAX_IN_FLIGHT`], shared by clones);
-    /// beyond it a call fails at once with a transient error.
-    pub fn with_max_in_flight(mut self, max: usize) -> Self {
-        self.engine.set_max_in_flight(max);
-        self
-    }
-
-    /// The key prefix.
-    pub fn prefix(&self) -> &str {
-        self.engine.prefix()
-    }
-
-    /// The bound on one decision.
-    pub fn timeout(&self) -> Duration {
-        self.engine.timeout()
-    }
-
-    /// The bound on script calls in flight.
-    pub fn max_in_flight(&self) -> usize {
-        self.engine.max_in_flight()
-    }
-
-    /// Whether the store uses an injected clock rather than the servers'.
-    pub fn has_injected_clock(&self) -> bool {
-        self.engine.clock().is_some()
-    }
-
-    /// The Redis key that holds `caller`'s state under `quota`.
-    pub fn key(&self, caller: &[u8], quota: &Quota) -> String {
-        keys::key(self.engine.prefix(), caller, quota)
-    }
-
-    /// The script-calling core (server-clock offsets per slot, calls in
-    /// flight).
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
+    ratelimit_redis::engine_settings!();
 
     /// What the store has done so far: decisions, redirects, retries.
     pub fn stats(&self) -> ClusterStats {
@@ -208,7 +149,6 @@ impl Transport for Router {
         call: Arc<Call>,
         deadline: Instant,
     ) -> Result<Vec<i64>, StoreError> {
-        let (script, redis_keys, args) = (call.script, &call.keys[..], &call.args[..]);
         let c = &*self.counters;
         let mut route = Route::Key;
         let mut source = false;
@@ -222,11 +162,7 @@ impl Transport for Router {
         let mut refused: Option<Addr> = None;
         loop {
             attempt += 1;
-            let failure = match self
-                .backend
-                .eval(script, redis_keys, args, &route, source)
-                .await
-            {
+            let failure = match self.backend.eval(&call, &route, source).await {
                 Ok(reply) => {
                     bump(&c.decisions);
                     return Ok(reply);
@@ -318,10 +254,7 @@ impl Store for ClusterStore {
     /// Atomic; the servers' clocks unless one was injected; failure
     /// domains judged by the store itself (one breaker per master).
     fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-            .atomic(true)
-            .failure_domains(true)
-            .shared_clock(self.engine.clock().cloned())
+        self.engine.capabilities()
     }
 }
 

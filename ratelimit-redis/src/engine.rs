@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ratelimit_core::health::{Permit, late_after};
-use ratelimit_core::store::{Decisions, Request};
+use ratelimit_core::store::{Capabilities, Decisions, Request};
 use ratelimit_core::{CircuitBreaker, Clock, Micros, StoreError};
 
 use crate::deadline::ServerClock;
@@ -167,6 +167,16 @@ impl Engine {
     /// The bound on script calls waiting on one node.
     pub fn max_in_flight(&self) -> usize {
         self.max_in_flight
+    }
+
+    /// What a store over this engine offers: atomic decisions, failure
+    /// domains judged by the engine itself (one breaker per node), and
+    /// Redis' clocks unless one was injected.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+            .atomic(true)
+            .failure_domains(true)
+            .shared_clock(self.clock.clone())
     }
 
     /// Sets the breaker every node gets (default

@@ -60,17 +60,17 @@ fn script_options() -> Options {
     }
 }
 
-/// Sends `EVALSHA <sha1> <numkeys> <keys...> <args...>` (or `EVAL <source>
-/// ...` when `source`) once at most: through fred's `custom` command, which
-/// (unlike its `LuaInterface`) honours the per-command options, routed by
-/// the first key's slot on a cluster (every key of one call shares it).
-pub(crate) async fn send_script(
-    client: &Client,
+/// The command `EVALSHA <sha1> <numkeys> <keys...> <args...>` (or `EVAL
+/// <source> ...` when `source`) and its arguments, for fred's `custom`
+/// command (which, unlike its `LuaInterface`, honours per-command options),
+/// routed by the first key's slot on a cluster (every key of one call
+/// shares it). The cluster store sends it too.
+pub fn script_command(
     script: &Script,
     keys: &[String],
     args: &[String],
     source: bool,
-) -> Result<Vec<i64>, fred::error::Error> {
+) -> (CustomCommand, Vec<Value>) {
     let slot = fred::util::redis_keyslot(keys.first().map_or(&b""[..], |k| k.as_bytes()));
     let (name, body) = if source {
         ("EVAL", script.lua())
@@ -83,6 +83,18 @@ pub(crate) async fn send_script(
     values.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
     values.extend(keys.iter().map(|k| Value::from(k.as_str())));
     values.extend(args.iter().map(|a| Value::from(a.as_str())));
+    (command, values)
+}
+
+/// Sends [`script_command`] once at most.
+async fn send_script(
+    client: &Client,
+    script: &Script,
+    keys: &[String],
+    args: &[String],
+    source: bool,
+) -> Result<Vec<i64>, fred::error::Error> {
+    let (command, values) = script_command(script, keys, args, source);
     client
         .with_options(&script_options())
         .custom(command, values)

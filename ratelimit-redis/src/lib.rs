@@ -1,6 +1,10 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The setters `options` writes once link to this crate by name, from here
+// and from `ratelimit-cluster` alike.
+extern crate self as ratelimit_redis;
+
 mod batch;
 pub mod deadline;
 pub mod decode;
@@ -8,15 +12,14 @@ pub mod domains;
 pub mod engine;
 pub mod error;
 #[cfg(feature = "fred")]
-mod fred;
+pub mod fred;
 pub mod keys;
+pub mod options;
 pub mod scripts;
 mod store;
 
-pub use store::{
-    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, RedisStore,
-    RedisStoreBuilder,
-};
+pub use options::{DEFAULT_CONNECTION_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
+pub use store::{DEFAULT_CALL_TIMEOUT, RedisStore, RedisStoreBuilder};
 
 /// The redis-rs crate this store is built on, re-exported so callers use the
 /// same version for [`RedisStore::from_connection_manager`].

@@ -6,21 +6,18 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ratelimit_core::store::{Answer, Capabilities, Request};
-use ratelimit_core::{Clock, Quota, Store, StoreError};
+use ratelimit_core::{Store, StoreError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::engine::{DEFAULT_MAX_IN_FLIGHT, Engine, Transport};
+use crate::engine::{Engine, Transport};
 use crate::error;
-use crate::keys;
+use crate::options::Options;
 use crate::scripts::{Call, Script};
 
-/// Default time to wait for each reply: 30 ms.
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_millis(30);
-/// Default time to wait for each connection attempt: 50 ms.
-pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_millis(50);
 /// Default bound on one whole decision (a reconnect, `EVALSHA`, and on
 /// `NOSCRIPT` a `SCRIPT LOAD` and a second `EVALSHA`): 140 ms, that is
-/// [`DEFAULT_CONNECTION_TIMEOUT`] + 3 x [`DEFAULT_RESPONSE_TIMEOUT`].
+/// [`crate::DEFAULT_CONNECTION_TIMEOUT`] + 3 x
+/// [`crate::DEFAULT_RESPONSE_TIMEOUT`].
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(140);
 
 /// How the store reaches Redis. Scripts, keys and decoding are shared; only
@@ -137,18 +134,15 @@ impl fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("client", &self.backend.name())
             .field("node", &self.node)
-            .field("prefix", &self.engine.prefix())
-            .field("clock", &self.engine.clock())
-            .field("timeout", &self.engine.timeout())
-            .field("max_in_flight", &self.engine.max_in_flight())
+            .field("engine", &self.engine)
             .finish()
     }
 }
 
 impl RedisStore {
     /// Connects to `url` (`redis://host:port/db`) with the defaults: prefix
-    /// `rl`, the server's clock, [`DEFAULT_RESPONSE_TIMEOUT`] and
-    /// [`DEFAULT_CONNECTION_TIMEOUT`].
+    /// `rl`, the server's clock, [`crate::DEFAULT_RESPONSE_TIMEOUT`] and
+    /// [`crate::DEFAULT_CONNECTION_TIMEOUT`].
     ///
     /// Fails if the URL is invalid or the server cannot be reached now; once
     /// built, the store reconnects by itself.
@@ -160,12 +154,7 @@ impl RedisStore {
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder {
             url: url.into(),
-            prefix: keys::DEFAULT_PREFIX.to_owned(),
-            clock: None,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
-            timeout: None,
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            options: Options::default(),
         }
     }
 
@@ -229,63 +218,7 @@ impl RedisStore {
         &self.node
     }
 
-    /// Uses another key prefix (see [`keys::check_prefix`]).
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self, StoreError> {
-        self.engine.set_prefix(prefix)?;
-        Ok(self)
-    }
-
-    /// Takes "now" from `clock` instead of the server's `TIME`: for tests and
-    /// replays only (see the crate docs on clocks).
-    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.engine.set_clock(Some(Arc::new(clock)));
-        self
-    }
-
-    /// Bounds every decision by `timeout` (returning
-    /// [`StoreError::Timeout`] after it).
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.engine.set_timeout(timeout);
-        self
-    }
-
-    /// Bounds the script calls waiting on the connection at once (default
-    /// [`crate::engine::DEFAULT_MAX_IN_FLIGHT`], shared by clones); beyond
-    /// it a call fails at once with a transient error.
-    pub fn with_max_in_flight(mut self, max: usize) -> Self {
-        self.engine.set_max_in_flight(max);
-        self
-    }
-
-    /// The key prefix.
-    pub fn prefix(&self) -> &str {
-        self.engine.prefix()
-    }
-
-    /// The bound on one decision.
-    pub fn timeout(&self) -> Duration {
-        self.engine.timeout()
-    }
-
-    /// The bound on script calls in flight.
-    pub fn max_in_flight(&self) -> usize {
-        self.engine.max_in_flight()
-    }
-
-    /// Whether the store uses an injected clock rather than the server's.
-    pub fn has_injected_clock(&self) -> bool {
-        self.engine.clock().is_some()
-    }
-
-    /// The Redis key that holds `caller`'s state under `quota`.
-    pub fn key(&self, caller: &[u8], quota: &Quota) -> String {
-        keys::key(self.engine.prefix(), caller, quota)
-    }
-
-    /// The script-calling core (server-clock offsets, calls in flight).
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
+    crate::engine_settings!();
 }
 
 /// One script call per request, through a future; atomic across a
@@ -298,10 +231,7 @@ impl Store for RedisStore {
     /// Atomic; the server's clock unless one was injected; one failure
     /// domain (the node) judged by the store itself.
     fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-            .atomic(true)
-            .failure_domains(true)
-            .shared_clock(self.engine.clock().cloned())
+        self.engine.capabilities()
     }
 }
 
@@ -321,72 +251,24 @@ impl Store for RedisStore {
 /// ```
 pub struct RedisStoreBuilder {
     url: String,
-    prefix: String,
-    clock: Option<Arc<dyn Clock>>,
-    response_timeout: Duration,
-    connection_timeout: Duration,
-    timeout: Option<Duration>,
-    max_in_flight: usize,
+    options: Options,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The URL may hold a password: leave it out.
         f.debug_struct("RedisStoreBuilder")
-            .field("prefix", &self.prefix)
-            .field("clock", &self.clock)
-            .field("response_timeout", &self.response_timeout)
-            .field("connection_timeout", &self.connection_timeout)
-            .field("timeout", &self.timeout)
-            .field("max_in_flight", &self.max_in_flight)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
 impl RedisStoreBuilder {
-    /// The key prefix (default `rl`): 1 to 64 characters of
-    /// `A-Z a-z 0-9 _ - . :`. Checked by [`RedisStoreBuilder::build`].
-    pub fn prefix(mut self, prefix: &str) -> Self {
-        prefix.clone_into(&mut self.prefix);
-        self
-    }
-
-    /// Takes "now" from `clock` instead of the server's `TIME`: for tests and
-    /// replays only (see the crate docs on clocks).
-    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.clock = Some(Arc::new(clock));
-        self
-    }
-
-    /// How long to wait for each reply (default [`DEFAULT_RESPONSE_TIMEOUT`]).
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// How long to wait for each connection attempt (default
-    /// [`DEFAULT_CONNECTION_TIMEOUT`]).
-    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
-        self.connection_timeout = timeout;
-        self
-    }
-
-    /// The bound on one whole decision (default: the connection timeout plus
-    /// three response timeouts, for a reconnect, `EVALSHA`, and on
-    /// `NOSCRIPT` a `SCRIPT LOAD` and a second `EVALSHA`).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// The bound on script calls waiting on the connection at once (default
-    /// [`crate::engine::DEFAULT_MAX_IN_FLIGHT`]); beyond it a call fails at
-    /// once with a transient error instead of queueing behind a stalled
-    /// connection.
-    pub fn max_in_flight(mut self, max: usize) -> Self {
-        self.max_in_flight = max;
-        self
-    }
+    crate::options_setters!(
+        timeout_default = "the connection timeout plus three response timeouts, for a \
+                           reconnect, `EVALSHA`, and on `NOSCRIPT` a `SCRIPT LOAD` and a \
+                           second `EVALSHA`"
+    );
 
     /// Connects and builds the store.
     ///
@@ -394,7 +276,9 @@ impl RedisStoreBuilder {
     /// now; once built, the store reconnects by itself (backing off from
     /// 25 ms to at most 1 s between attempts).
     pub async fn build(self) -> Result<RedisStore, StoreError> {
-        keys::check_prefix(&self.prefix).map_err(|m| StoreError::message(m, false))?;
+        let options = &self.options;
+        let engine =
+            options.engine(options.connection_timeout + 3 * options.response_timeout, 1)?;
         // TCP_NODELAY: a batch call larger than one write would otherwise
         // wait for the server's delayed ACK (40 ms on Linux) under Nagle's
         // algorithm, which redis-rs leaves on by default.
@@ -404,21 +288,14 @@ impl RedisStoreBuilder {
         let client = redis::Client::open(info).map_err(error::from_redis)?;
         let node = client.get_connection_info().addr().to_string();
         let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.response_timeout))
-            .set_connection_timeout(Some(self.connection_timeout))
+            .set_response_timeout(Some(options.response_timeout))
+            .set_connection_timeout(Some(options.connection_timeout))
             .set_min_delay(Duration::from_millis(25))
             .set_max_delay(Duration::from_millis(100))
             .set_number_of_retries(4);
         let manager = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(|e| StoreError::backend(format!("cannot reach {node}: {e}"), true, e))?;
-        let timeout = self
-            .timeout
-            .unwrap_or(self.connection_timeout + 3 * self.response_timeout);
-        let mut engine = Engine::new(timeout, 1);
-        engine.set_prefix(&self.prefix)?;
-        engine.set_clock(self.clock);
-        engine.set_max_in_flight(self.max_in_flight);
         // Learn the server's clock now, so the first decision carries a
         // deadline too (see `crate::deadline`).
         let mut m = manager.clone();
