@@ -46,6 +46,11 @@
 //! `--stores K` (the tasks spread over K stores, each its own connection
 //! and limiter).
 //!
+//! With `UNDER_FAULTS_TIMELINE=1` the `cluster` section also prints to
+//! stderr, per run, the healthy masters' callers' decisions per 250 ms and
+//! what a call straight at the store for one of them answers every 100 ms
+//! (the error text says which breaker is open and why).
+//!
 //! The Redis restart (time from the server accepting connections again to
 //! the store's first answer) is `dead_redis`.
 
@@ -794,6 +799,7 @@ const CLUSTER_CALLERS: usize = 3_000;
 
 struct ClusterRow {
     lib: Lib,
+    full_coverage: bool,
     /// Callers on the healthy masters, between the kill and the promotion.
     healthy: Tally,
     /// The dead master's callers, in the same span.
@@ -807,12 +813,27 @@ struct ClusterRow {
     dead_opens: u32,
 }
 
-async fn cluster_run(lib: Lib, tasks: usize) -> ClusterRow {
+async fn cluster_run(lib: Lib, tasks: usize, full_coverage: bool) -> ClusterRow {
     let cluster = Arc::new(
         tokio::task::spawn_blocking(RedisCluster::start_local)
             .await
             .expect("cluster"),
     );
+    if !full_coverage {
+        // What ratelimit-cluster/README.md recommends for a rate limiter:
+        // the healthy masters keep serving while one master is down.
+        for port in cluster.ports() {
+            let _: () = cluster
+                .query(
+                    port,
+                    redis::cmd("CONFIG")
+                        .arg("SET")
+                        .arg("cluster-require-full-coverage")
+                        .arg("no"),
+                )
+                .expect("CONFIG SET cluster-require-full-coverage no");
+        }
+    }
     let store = cluster_store(lib, &cluster).await;
     let quota = admit_all();
     let masters = cluster.masters();
@@ -831,6 +852,7 @@ async fn cluster_run(lib: Lib, tasks: usize) -> ClusterRow {
             .collect(),
     );
     let watched = store.clone();
+    let probe_store = store.clone();
     let limiter = Limiter::builder(store)
         .quota(quota)
         .namespace("fo")
@@ -857,9 +879,39 @@ async fn cluster_run(lib: Lib, tasks: usize) -> ClusterRow {
                 let at = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
                 log.push((at, *on_victim, d.source == Source::Store));
                 i += tasks;
+                // As a request handler would between requests: a decision
+                // made in process (an open breaker, the fallback) is ready
+                // at once, and a loop of them alone would never give the
+                // runtime back.
+                tokio::task::yield_now().await;
             }
             log
         }));
+    }
+    if std::env::var_os("UNDER_FAULTS_TIMELINE").is_some() {
+        // Every 100 ms, one call straight at the store for a healthy
+        // master's caller: what it answers.
+        let (store, callers, quota) = (probe_store.clone(), callers.clone(), admit_all());
+        tokio::spawn(async move {
+            use ratelimit_core::StoreExt;
+            let Some((caller, _)) = callers.iter().find(|(_, v)| !v) else {
+                return;
+            };
+            for _ in 0..70 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let r = store
+                    .decide_one(format!("fo~{caller}").as_bytes(), &quota, 1)
+                    .await;
+                eprintln!(
+                    "{:>6} ms probe: {}",
+                    start.elapsed().as_millis(),
+                    match r {
+                        Ok(d) => format!("ok {}", d.allowed),
+                        Err(e) => format!("{e}"),
+                    }
+                );
+            }
+        });
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let c = cluster.clone();
@@ -885,6 +937,22 @@ async fn cluster_run(lib: Lib, tasks: usize) -> ClusterRow {
         log.extend(h.await.expect("load task"));
     }
     let opens = watch.finish();
+    if std::env::var_os("UNDER_FAULTS_TIMELINE").is_some() {
+        // Per 250 ms: decisions of the healthy masters' callers, and how
+        // many by the store.
+        let mut buckets: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for &(at, on_victim, by_store) in &log {
+            if !on_victim {
+                let b = buckets.entry(at / 250_000).or_default();
+                b.0 += 1;
+                b.1 += u64::from(by_store);
+            }
+        }
+        for (b, (n, st)) in buckets {
+            eprintln!("{:>6} ms: {n:>7} decisions, {st:>6} by the store", b * 250);
+        }
+        eprintln!("killed at {killed_at:?}, promoted at {promoted_at:?}, breakers {opens:?}");
+    }
     let (k, p) = (
         u64::try_from(killed_at.as_micros()).unwrap_or(0),
         u64::try_from(promoted_at.as_micros()).unwrap_or(0),
@@ -911,6 +979,7 @@ async fn cluster_run(lib: Lib, tasks: usize) -> ClusterRow {
     }
     ClusterRow {
         lib,
+        full_coverage,
         healthy,
         dead,
         failover: promoted_at - killed_at,
@@ -927,9 +996,16 @@ async fn cluster_run(lib: Lib, tasks: usize) -> ClusterRow {
 async fn cluster_section(a: &Args) {
     let mut rows = Vec::new();
     for run in 1..=a.runs {
-        for lib in Lib::all() {
-            eprintln!("cluster: run {run} of {}, {}", a.runs, lib.name());
-            rows.push(cluster_run(lib, a.cluster_tasks).await);
+        for full_coverage in [false, true] {
+            for lib in Lib::all() {
+                eprintln!(
+                    "cluster: run {run} of {}, {}, cluster-require-full-coverage {}",
+                    a.runs,
+                    lib.name(),
+                    if full_coverage { "yes" } else { "no" }
+                );
+                rows.push(cluster_run(lib, a.cluster_tasks, full_coverage).await);
+            }
         }
     }
     println!(
@@ -938,45 +1014,54 @@ async fn cluster_section(a: &Args) {
         a.cluster_tasks
     );
     println!(
-        "| client | run | kill to promotion | healthy masters' callers: decisions | by the store | their breakers opened | dead master's callers: decisions | by the store | its breaker opened | store again after promotion |"
+        "| client | full coverage | run | kill to promotion | healthy masters' callers: decisions | by the store | their breakers opened | dead master's callers: decisions | by the store | its breaker opened | store again after promotion |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    for lib in Lib::all() {
-        let mine: Vec<&ClusterRow> = rows.iter().filter(|r| r.lib == lib).collect();
-        for (i, r) in mine.iter().enumerate() {
+    for full_coverage in [false, true] {
+        let coverage = if full_coverage { "yes" } else { "no" };
+        for lib in Lib::all() {
+            let mine: Vec<&ClusterRow> = rows
+                .iter()
+                .filter(|r| r.lib == lib && r.full_coverage == full_coverage)
+                .collect();
+            for (i, r) in mine.iter().enumerate() {
+                println!(
+                    "| {} | {coverage} | {} | {:.0} ms | {} | {:.3} % | {} | {} | {:.1} % | {} | {} |",
+                    lib.name(),
+                    i + 1,
+                    ms(r.failover),
+                    r.healthy.total(),
+                    pct(r.healthy.store, r.healthy.total()),
+                    r.healthy_opens,
+                    r.dead.total(),
+                    pct(r.dead.store, r.dead.total()),
+                    r.dead_opens,
+                    r.back_after
+                        .map_or("never".to_owned(), |d| format!("{:.0} ms", ms(d)))
+                );
+            }
+            let m = |f: &dyn Fn(&ClusterRow) -> f64| median(mine.iter().map(|r| f(r)).collect());
             println!(
-                "| {} | {} | {:.0} ms | {} | {:.3} % | {} | {} | {:.1} % | {} | {} |",
+                "| **{}** | {coverage} | median | {:.0} ms | {:.0} | **{:.3} %** | {:.0} | {:.0} | {:.1} % | {:.0} | {:.0} ms |",
                 lib.name(),
-                i + 1,
-                ms(r.failover),
-                r.healthy.total(),
-                pct(r.healthy.store, r.healthy.total()),
-                r.healthy_opens,
-                r.dead.total(),
-                pct(r.dead.store, r.dead.total()),
-                r.dead_opens,
-                r.back_after
-                    .map_or("never".to_owned(), |d| format!("{:.0} ms", ms(d)))
+                m(&|r| ms(r.failover)),
+                m(&|r| r.healthy.total() as f64),
+                m(&|r| pct(r.healthy.store, r.healthy.total())),
+                m(&|r| f64::from(r.healthy_opens)),
+                m(&|r| r.dead.total() as f64),
+                m(&|r| pct(r.dead.store, r.dead.total())),
+                m(&|r| f64::from(r.dead_opens)),
+                m(&|r| r.back_after.map_or(f64::NAN, ms))
             );
         }
-        let m = |f: &dyn Fn(&ClusterRow) -> f64| median(mine.iter().map(|r| f(r)).collect());
-        println!(
-            "| **{}** | median | {:.0} ms | {:.0} | **{:.3} %** | {:.0} | {:.0} | {:.1} % | {:.0} | {:.0} ms |",
-            lib.name(),
-            m(&|r| ms(r.failover)),
-            m(&|r| r.healthy.total() as f64),
-            m(&|r| pct(r.healthy.store, r.healthy.total())),
-            m(&|r| f64::from(r.healthy_opens)),
-            m(&|r| r.dead.total() as f64),
-            m(&|r| pct(r.dead.store, r.dead.total())),
-            m(&|r| f64::from(r.dead_opens)),
-            m(&|r| r.back_after.map_or(f64::NAN, ms))
-        );
     }
     println!(
-        "\nTarget: the healthy masters' callers >= 99 % by the store between the kill and the promotion; \
-         the dead master's callers are decided by the fallback (L / 3) meanwhile.\n"
+        "\nFull coverage: `cluster-require-full-coverage` (`no`: set on every node, as ratelimit-cluster's \
+         README recommends; `yes`: Redis' default, under which every node refuses every key with \
+         CLUSTERDOWN from the failure's agreement to the promotion). Target: the healthy masters' callers \
+         >= 99 % by the store between the kill and the promotion; the dead master's callers are decided \
+         by the fallback (L / 3) meanwhile.\n"
     );
 }
 
