@@ -11,7 +11,8 @@
 //! | `MOVED <slot> <addr>` | the node does not serve the slot and executed nothing | sends it to `<addr>` |
 //! | `ASK <slot> <addr>` | the key is being migrated away; nothing ran | sends `ASKING` + the script to `<addr>` |
 //! | `NOSCRIPT` | the node does not have the script (new master, restart) | sends `EVAL` with the source (which caches it) |
-//! | `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `BUSY` | refused before execution | waits a little and retries |
+//! | `TRYAGAIN` | refused before execution: the call's keys are split by a slot migration | a call of one request: waits a little and retries; a batch of several: sent again request by request, each as it would have gone alone |
+//! | `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `BUSY` | refused before execution | waits a little and retries |
 //! | `READONLY` | a demoted master refused the first write; our scripts write nothing before it | waits and retries |
 //! | connection refused, no connection to the node | nothing was sent | waits and retries through the slot map |
 //!
@@ -103,9 +104,14 @@ pub(crate) enum Next {
     Ask(Addr),
     /// Send the source with `EVAL`, same route.
     NoScript,
-    /// Refused before running (`TRYAGAIN`, `CLUSTERDOWN`, ...): wait, then
-    /// retry through the slot map.
+    /// Refused before running (`CLUSTERDOWN`, `MASTERDOWN`, ...): wait,
+    /// then retry through the slot map.
     Backoff,
+    /// `TRYAGAIN`: refused before running because the call's keys are
+    /// split by a slot migration. A call of one request waits and retries;
+    /// a batch of several requests goes back to
+    /// be sent request by request (`ratelimit_redis::engine::Straddles`).
+    TryAgain,
     /// The node could not be reached (connection refused, no connection to
     /// it): nothing was sent; wait, then retry through the slot map.
     Unreachable,
@@ -119,14 +125,7 @@ pub(crate) struct Failure {
 }
 
 /// Codes after which the command was refused before running.
-const BACKOFF_CODES: &[&str] = &[
-    "TRYAGAIN",
-    "CLUSTERDOWN",
-    "MASTERDOWN",
-    "LOADING",
-    "BUSY",
-    "READONLY",
-];
+const BACKOFF_CODES: &[&str] = &["CLUSTERDOWN", "MASTERDOWN", "LOADING", "BUSY", "READONLY"];
 
 fn parse_addr(addr: &str) -> Option<Addr> {
     let (host, port) = addr.rsplit_once(':')?;
@@ -153,6 +152,7 @@ pub(crate) fn classify_reply(message: &str) -> Option<Next> {
             })
         }
         "NOSCRIPT" => Some(Next::NoScript),
+        "TRYAGAIN" => Some(Next::TryAgain),
         c if BACKOFF_CODES.contains(&c) => Some(Next::Backoff),
         _ => None,
     }
@@ -226,7 +226,7 @@ mod tests {
         );
         assert_eq!(
             classify_reply("TRYAGAIN Multiple keys request during rehashing of slot"),
-            Some(Next::Backoff)
+            Some(Next::TryAgain)
         );
         assert_eq!(
             classify_reply("CLUSTERDOWN The cluster is down"),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ratelimit_core::store::{Answer, Capabilities, Request};
 use ratelimit_core::{Store, StoreError};
-use ratelimit_redis::engine::{Engine, Transport};
+use ratelimit_redis::engine::{Engine, Straddles, Transport};
 use ratelimit_redis::keys;
 use ratelimit_redis::scripts::Call;
 use std::time::Instant;
@@ -204,7 +204,13 @@ impl Transport for Router {
                 // EVAL with the source cannot answer NOSCRIPT: a server
                 // that does is not one this store can use.
                 Next::NoScript => return Err(failure.error),
-                Next::Backoff => {
+                // A batch whose requests straddle a slot migration: the
+                // engine sends it again request by request (it did not run).
+                Next::TryAgain if call.requests > 1 => {
+                    bump(&c.retries);
+                    return Err(Straddles::error(&failure.error));
+                }
+                Next::Backoff | Next::TryAgain => {
                     bump(&c.retries);
                     retries += 1;
                 }

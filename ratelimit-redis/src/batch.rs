@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 
 use crate::decode;
 use crate::domains::{Domain, InFlight};
-use crate::engine::{Engine, Transport, follow};
+use crate::engine::{Engine, Straddles, Transport, follow};
 use crate::scripts::{Call, Request};
 
 /// One request waiting for its node's next call.
@@ -97,16 +97,36 @@ impl Queue {
         }
     }
 
-    /// Takes up to `max` waiting requests, in order; none: the node is idle
-    /// again.
+    /// Takes up to `max` waiting requests that can still be decided, in
+    /// order; none: the node is idle again. Requests whose caller has given
+    /// up or whose deadline has passed are not sent and take no place in
+    /// the call (the latter answered "expired", counting nothing): under
+    /// overload the queue's head is mostly such requests, and a call
+    /// carrying them would decide almost nothing while the live ones behind
+    /// them expire in turn.
     fn take(&self, max: usize) -> Vec<Item> {
+        let now = Instant::now();
+        let mut stale = Vec::new();
         let mut s = self.lock();
-        if s.items.is_empty() {
-            s.busy = false;
-            return Vec::new();
+        let mut live = Vec::with_capacity(s.items.len().min(max));
+        while live.len() < max {
+            let Some(item) = s.items.pop_front() else {
+                break;
+            };
+            if item.reply.is_closed() || item.deadline <= now {
+                stale.push(item);
+            } else {
+                live.push(item);
+            }
         }
-        let n = s.items.len().min(max);
-        s.items.drain(..n).collect()
+        if live.is_empty() {
+            s.busy = false;
+        }
+        drop(s);
+        for item in stale {
+            let _ = item.reply.send(Err(StoreError::Expired));
+        }
+        live
     }
 }
 
@@ -234,13 +254,48 @@ fn copy(e: &StoreError) -> StoreError {
 }
 
 /// Sends `items` (one hash slot on a cluster) as one call: alone for one,
-/// the batch script for several; answers each.
+/// the batch script for several; answers each. A batch refused unrun
+/// because its callers straddle a slot migration ([`Straddles`]) is sent
+/// again request by request, each as it would have gone alone: a caller's
+/// requests one after the other, in order, callers side by side, each
+/// request with its own deadline.
 async fn send(
     engine: &Engine,
     transport: &Arc<dyn Transport>,
     domain: &Arc<Domain>,
     items: Vec<Item>,
 ) {
+    let groups = send_once(engine, transport, domain, items).await;
+    if groups.is_empty() {
+        return;
+    }
+    let sends: Vec<_> = groups
+        .into_iter()
+        .map(|g| {
+            let (engine, transport, domain) =
+                (engine.clone(), Arc::clone(transport), Arc::clone(domain));
+            tokio::spawn(async move {
+                // One request per call, as it would have gone alone (a call
+                // of one is never given back).
+                for item in g {
+                    send_once(&engine, &transport, &domain, vec![item]).await;
+                }
+            })
+        })
+        .collect();
+    for s in sends {
+        let _ = s.await;
+    }
+}
+
+/// One call of `items`; answers each, or gives them back grouped by caller
+/// when the call was refused as straddling a slot migration.
+async fn send_once(
+    engine: &Engine,
+    transport: &Arc<dyn Transport>,
+    domain: &Arc<Domain>,
+    items: Vec<Item>,
+) -> Vec<Vec<Item>> {
     let now = Instant::now();
     let mut live = Vec::with_capacity(items.len());
     for item in items {
@@ -258,16 +313,21 @@ async fn send(
         }
     }
     if live.is_empty() {
-        return;
+        return Vec::new();
     }
     let deadline = live.iter().map(|(i, _)| i.deadline).max().unwrap_or(now);
+    // How many keys each request gave the call, to give them back if the
+    // call must be split (`Straddles`).
+    let mut key_counts = Vec::new();
     let call = if let [(item, d)] = &live[..] {
         Call::alone(&item.request, *d)
     } else {
+        key_counts.extend(live.iter().map(|(i, _)| i.request.keys.len()));
         let mut requests: Vec<(&mut Request, i64)> =
             live.iter_mut().map(|(i, d)| (&mut i.request, *d)).collect();
         Call::batch_taking_keys(&mut requests)
     };
+    let call = Arc::new(call);
     let start = Instant::now();
     let sent_at = u64::try_from(
         start
@@ -275,9 +335,14 @@ async fn send(
             .as_micros(),
     )
     .unwrap_or(u64::MAX);
-    let mut eval = Arc::clone(transport).eval(Arc::new(call), deadline);
+    let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
     let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
     let received = Instant::now();
+    if !key_counts.is_empty() && matches!(&outcome, Ok(Err(e)) if Straddles::is(e)) {
+        // Refused unrun: the node neither failed nor counted anything.
+        drop(eval);
+        return by_caller(&call, key_counts, live);
+    }
     let mut answered = Vec::with_capacity(live.len());
     let mut guards = Vec::with_capacity(live.len());
     for (item, _) in live {
@@ -295,7 +360,7 @@ async fn send(
             for (_, reply) in answered {
                 let _ = reply.send(Err(copy(&e)));
             }
-            return;
+            return Vec::new();
         }
     };
     if let [(request, _)] = &answered[..] {
@@ -303,7 +368,7 @@ async fn send(
         if let Some((_, reply)) = answered.pop() {
             let _ = reply.send(result);
         }
-        return;
+        return Vec::new();
     }
     let quotas: Vec<usize> = answered.iter().map(|(r, _)| r.quotas()).collect();
     match decode::batch(&raw, &quotas) {
@@ -326,4 +391,26 @@ async fn send(
             }
         }
     }
+    Vec::new()
+}
+
+/// The requests of a call refused as straddling a slot migration, their
+/// keys given back, grouped by caller (hash tag) in order.
+fn by_caller(call: &Call, key_counts: Vec<usize>, live: Vec<(Item, i64)>) -> Vec<Vec<Item>> {
+    let mut keys = call.keys.iter();
+    let mut groups: Vec<(Vec<u8>, Vec<Item>)> = Vec::new();
+    for ((mut item, _), n) in live.into_iter().zip(key_counts) {
+        item.request.keys = keys.by_ref().take(n).cloned().collect();
+        let tag = item
+            .request
+            .keys
+            .first()
+            .map(|k| crate::keys::hash_tag(k.as_bytes()).to_vec())
+            .unwrap_or_default();
+        match groups.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, g)) => g.push(item),
+            None => groups.push((tag, vec![item])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
 }

@@ -62,6 +62,36 @@ pub trait Transport: Send + Sync + 'static {
     }
 }
 
+/// Why a [`Transport`] gave a call back unrun: a node refused it before
+/// running it (`TRYAGAIN`) because the keys of the several requests it
+/// carries straddle a slot migration (some already moved, some not). A
+/// batch that meets it counted nothing, and is sent again request by
+/// request, each as it would have gone alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Straddles;
+
+impl fmt::Display for Straddles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the batch's keys straddle a slot migration (TRYAGAIN; it did not run)")
+    }
+}
+
+impl std::error::Error for Straddles {}
+
+impl Straddles {
+    /// The error a [`Transport`] returns for a call of several requests
+    /// ([`Call::requests`]) refused with `TRYAGAIN`: `cause` is the node's
+    /// reply.
+    pub fn error(cause: &StoreError) -> StoreError {
+        StoreError::backend(format!("{Straddles}: {cause}"), true, Straddles)
+    }
+
+    /// Whether `error` is one [`Straddles::error`] made.
+    pub fn is(error: &StoreError) -> bool {
+        matches!(error, StoreError::Backend { source: Some(s), .. } if s.downcast_ref::<Straddles>().is_some())
+    }
+}
+
 /// The state shared by an engine's clones.
 #[derive(Debug)]
 struct Shared {

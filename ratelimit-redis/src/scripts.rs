@@ -394,6 +394,12 @@ pub struct Call {
     pub keys: Vec<String>,
     /// `ARGV`.
     pub args: Vec<String>,
+    /// How many requests the call decides (1 alone, more in a batch). A
+    /// cluster node refuses a call of several keys with `TRYAGAIN` while a
+    /// slot migration has moved some of them and not others; a batch of
+    /// several requests that meets it is sent again request by request
+    /// (see [`crate::engine::Straddles`]).
+    pub requests: usize,
 }
 
 /// `ARGV[2]`/`ARGV[1]`: the minimum expiry, for a request on an injected
@@ -432,6 +438,7 @@ impl Call {
                 script: request.script,
                 keys: request.keys.clone(),
                 args,
+                requests: 1,
             }
         } else {
             Self::batch(&[(request, server_deadline)])
@@ -502,6 +509,7 @@ impl Call {
             script: &BATCH,
             keys,
             args,
+            requests: requests.len(),
         }
     }
 
