@@ -9,9 +9,11 @@
 //! on: hidden rustdoc lines (`# ...`, shown as text on GitHub), no `main`,
 //! no `cargo add` lines.
 //!
-//! The projects resolve offline, against the workspace's `Cargo.lock` and
-//! the crates cargo already has (the workspace's own build fetched them),
-//! and share one target directory under the workspace's, so a second run
+//! The projects start from the workspace's `Cargo.lock` and resolve offline
+//! first, against the crates cargo already has (the workspace's own build
+//! fetched them); a project that needs a crate the workspace never fetched
+//! (a `cargo add axum` with axum's default features) resolves again online.
+//! They share one target directory under the workspace's, so a second run
 //! takes seconds.
 
 use std::path::{Path, PathBuf};
@@ -176,6 +178,30 @@ fn cargo() -> Command {
     c
 }
 
+/// Runs `cargo <args>` in `dir` offline first (against what the workspace's
+/// build already fetched: fast, no network); when that fails because a
+/// crate is not in the local cache (a README line that asks for features
+/// the workspace does not use, say `cargo add axum` with its defaults),
+/// again online, as a newcomer's cargo would.
+fn offline_first(args: &[String], dir: &Path, target: Option<&Path>) -> std::process::Output {
+    let run = |offline: bool| {
+        let mut c = cargo();
+        c.args(args).current_dir(dir);
+        if offline {
+            c.arg("--offline");
+        }
+        if let Some(target) = target {
+            c.env("CARGO_TARGET_DIR", target);
+        }
+        c.output().expect("run cargo")
+    };
+    let out = run(true);
+    if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("offline") {
+        return out;
+    }
+    run(false)
+}
+
 fn shown(args: &[String]) -> String {
     args.join(" ")
 }
@@ -205,12 +231,7 @@ fn build(example: &Example, dir: &Path, target: &Path) -> Result<(), String> {
             args.insert(2, facade.display().to_string());
         }
         steps.push(format!("cargo {}", shown(&args)));
-        let out = cargo()
-            .args(&args)
-            .arg("--offline")
-            .current_dir(dir)
-            .output()
-            .expect("run cargo add");
+        let out = offline_first(&args, dir, None);
         if !out.status.success() {
             return Err(format!(
                 "`{}` failed:\n{}",
@@ -220,18 +241,13 @@ fn build(example: &Example, dir: &Path, target: &Path) -> Result<(), String> {
         }
     }
     let verb = if example.run { "run" } else { "build" };
-    let out = cargo()
-        .args([verb, "--offline", "--quiet"])
-        .env("CARGO_TARGET_DIR", target)
-        .current_dir(dir)
-        .output()
-        .expect("run cargo build");
+    let out = offline_first(&[verb.to_owned(), "--quiet".to_owned()], dir, Some(target));
     if out.status.success() {
         return Ok(());
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let hint = if stderr.contains("offline") || stderr.contains("no matching package") {
-        "\n(cargo could not resolve offline: run `cargo fetch` in the workspace once, then again)"
+    let hint = if stderr.contains("no matching package") || stderr.contains("failed to download") {
+        "\n(cargo could not fetch a crate: is crates.io reachable?)"
     } else {
         ""
     };

@@ -223,11 +223,24 @@ async fn failover_under_load(lib: Lib) {
     // the kill until the clients have seen the promotion (1 s) and the
     // breaker's last cool-down has ended.
     let gap_end = promoted_at + Duration::from_secs(1) + BREAKER_COOL_DOWN;
+    let outside: Vec<String> = policy
+        .iter()
+        .filter(|s| s.at + s.latency < killed_at || s.at > gap_end)
+        .map(|s| {
+            if s.at + s.latency < killed_at {
+                format!("ended {:?} before the kill", killed_at - (s.at + s.latency))
+            } else {
+                format!("began {:?} after the window", s.at - gap_end)
+            }
+        })
+        .collect();
     assert!(
-        policy
-            .iter()
-            .all(|s| s.at + s.latency >= killed_at && s.at <= gap_end),
-        "policy decisions outside the failover window"
+        outside.is_empty(),
+        "{} policy decisions outside the failover window (kill to promotion + 1 s + \
+         cool-down {:?}): {:?}",
+        outside.len(),
+        gap_end - killed_at,
+        &outside[..outside.len().min(8)]
     );
 }
 
