@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds redis-cell's module from its crate (crates.io) and runs the peers
 # benchmark with it loaded. Arguments are passed to the benchmark
-# (e.g. --runs 3 --seconds 3). Needs redis-server on PATH.
+# (e.g. --runs 3 --seconds 3); --build-only builds and stops. Needs
+# redis-server on PATH.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 work="${PEERS_WORK_DIR:-${TMPDIR:-/tmp}/ratelimit-peers}"
@@ -56,4 +57,7 @@ for path, item in [("src/storage/keys.rs", "pub mod bin {"),
 PY
 fi
 
+if [ "${1:-}" = "--build-only" ]; then
+    exec cargo build --release --manifest-path "$here/Cargo.toml"
+fi
 exec cargo run --release --manifest-path "$here/Cargo.toml" -- ${cell:+--cell "$cell"} "$@"

@@ -235,7 +235,7 @@ fn health_is_served_and_sigterm_drains_then_exits_cleanly() {
         "--config",
         &fixture("examples__ratelimit__config__config.yaml"),
         "--drain-delay",
-        "3s",
+        "6s",
     ]);
     let url = server.grpc_url();
     // A runtime with a worker thread: the clients' connections keep being
@@ -288,7 +288,7 @@ fn health_is_served_and_sigterm_drains_then_exits_cleanly() {
 
     server.terminate();
     // During the drain delay: NOT_SERVING, and requests are still answered.
-    let draining = eventually(Duration::from_secs(2), || {
+    let draining = eventually(Duration::from_secs(4), || {
         (status(RLS) == Some(ServingStatus::NotServing as i32)).then_some(())
     });
     assert!(
