@@ -4,6 +4,8 @@
 //! `cargo bench -p ratelimit-benches`); see `BENCHMARKS.md` at the repository
 //! root for what they measure and the tables they produced.
 
+pub mod clients;
+
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};

@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ratelimit_benches::clients::{Lib, redis_store};
 use ratelimit_core::{Limiter, Quota, Rate, Source};
-use ratelimit_redis::RedisStore;
 use ratelimit_testkit::redis_server::RedisServer;
 
 fn quantile(sorted: &[Duration], q: f64) -> Duration {
@@ -54,49 +54,6 @@ async fn time_checks(limiter: &Limiter, n: usize) -> (Vec<Duration>, usize) {
         from_store += usize::from(d.source == Source::Store);
     }
     (out, from_store)
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Lib {
-    RedisRs,
-    #[cfg(feature = "fred")]
-    Fred,
-}
-
-impl Lib {
-    fn name(self) -> &'static str {
-        match self {
-            Lib::RedisRs => "redis-rs",
-            #[cfg(feature = "fred")]
-            Lib::Fred => "fred",
-        }
-    }
-}
-
-async fn store(lib: Lib, server: &RedisServer) -> RedisStore {
-    match lib {
-        Lib::RedisRs => RedisStore::builder(server.url())
-            .prefix(server.prefix())
-            .build()
-            .await
-            .expect("connect to the fixture's redis-server"),
-        #[cfg(feature = "fred")]
-        Lib::Fred => {
-            use ratelimit_redis::fred_client::prelude::*;
-            let client = Builder::from_config(Config::from_url(&server.url()).expect("valid URL"))
-                .with_performance_config(|p| {
-                    p.default_command_timeout = Duration::from_millis(30);
-                })
-                .with_connection_config(|c| c.connection_timeout = Duration::from_millis(50))
-                .set_policy(ReconnectPolicy::new_constant(0, 20))
-                .build()
-                .expect("fred client");
-            client.init().await.expect("fred connects");
-            RedisStore::from_fred(client)
-                .with_prefix(server.prefix())
-                .expect("prefix")
-        }
-    }
 }
 
 struct Row {
@@ -132,7 +89,7 @@ fn watch_accepting(
 
 async fn run_once(lib: Lib, down_for: Duration) -> Row {
     let mut server = RedisServer::start_local();
-    let limiter = Limiter::builder(store(lib, &server).await)
+    let limiter = Limiter::builder(redis_store(lib, &server).await)
         .quota(Quota::token_bucket(Rate::per_second(1_000), 1_000).unwrap())
         .instances(1)
         .timeout(Duration::from_millis(20))

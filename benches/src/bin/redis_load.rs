@@ -37,6 +37,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use ratelimit_benches::clients::Lib;
 use ratelimit_cluster::ClusterStore;
 use ratelimit_core::{AlgorithmKind, Limiter, Quota, Rate, Store, StoreExt};
 use ratelimit_redis::{RedisStore, keys, scripts};
@@ -356,30 +357,6 @@ fn evalsha_usec_per_call(url: &str) -> f64 {
 // ---------------------------------------------------------------------------
 // Contenders
 // ---------------------------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lib {
-    RedisRs,
-    #[cfg(feature = "fred")]
-    Fred,
-}
-
-impl Lib {
-    fn all() -> Vec<Lib> {
-        vec![
-            Lib::RedisRs,
-            #[cfg(feature = "fred")]
-            Lib::Fred,
-        ]
-    }
-    fn name(self) -> &'static str {
-        match self {
-            Lib::RedisRs => "redis-rs",
-            #[cfg(feature = "fred")]
-            Lib::Fred => "fred",
-        }
-    }
-}
 
 fn caller_id(i: usize) -> String {
     format!("customer-{i:07}")

@@ -63,9 +63,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ratelimit_benches::clients::{Lib, redis_store};
 use ratelimit_cluster::ClusterStore;
 use ratelimit_core::{BreakerState, Limiter, Quota, Rate, Source};
-use ratelimit_redis::RedisStore;
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::RedisServer;
 
@@ -134,31 +134,6 @@ fn parse_args() -> Args {
 // ---------------------------------------------------------------------------
 // Shared
 // ---------------------------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Lib {
-    RedisRs,
-    #[cfg(feature = "fred")]
-    Fred,
-}
-
-impl Lib {
-    fn all() -> Vec<Lib> {
-        vec![
-            Lib::RedisRs,
-            #[cfg(feature = "fred")]
-            Lib::Fred,
-        ]
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Lib::RedisRs => "redis-rs",
-            #[cfg(feature = "fred")]
-            Lib::Fred => "fred",
-        }
-    }
-}
 
 /// Every call admitted and every caller's state kept: each decision is a
 /// store round trip that reads and writes.
@@ -259,35 +234,6 @@ impl Tally {
         self.fallback += o.fallback;
         self.fail_open += o.fail_open;
         self.other += o.other;
-    }
-}
-
-async fn redis_store(lib: Lib, server: &RedisServer) -> RedisStore {
-    match lib {
-        // The library's defaults: nothing set but the key prefix.
-        Lib::RedisRs => RedisStore::builder(server.url())
-            .prefix(server.prefix())
-            .build()
-            .await
-            .expect("connect to the fixture's redis-server"),
-        #[cfg(feature = "fred")]
-        Lib::Fred => {
-            use ratelimit_redis::fred_client::prelude::*;
-            // As ratelimit-redis/README.md configures fred: a per-command
-            // timeout, a short connection timeout and a quick reconnect.
-            let client = Builder::from_config(Config::from_url(&server.url()).expect("valid URL"))
-                .with_performance_config(|p| {
-                    p.default_command_timeout = Duration::from_millis(30);
-                })
-                .with_connection_config(|c| c.connection_timeout = Duration::from_millis(50))
-                .set_policy(ReconnectPolicy::new_constant(0, 20))
-                .build()
-                .expect("fred client");
-            client.init().await.expect("fred connects");
-            RedisStore::from_fred(client)
-                .with_prefix(server.prefix())
-                .expect("prefix")
-        }
     }
 }
 
