@@ -498,40 +498,33 @@ impl RateLimitService {
                         quota: None,
                     }
                 }
-                Slot::Check(f) => {
+                // A check that counts nothing, and a charge that was not
+                // asked (another descriptor can never pass): OK, not
+                // decided; a charge that was: its decision.
+                Slot::Check(f) | Slot::Charged(f, _) => {
+                    let decided = match (slot, &verdict) {
+                        (Slot::Charged(_, c), Some(v)) => Some((*c, &v.quotas[*c])),
+                        _ => None,
+                    };
+                    let denied = decided.is_some_and(|(_, d)| !d.allowed);
+                    if let Some((c, _)) = decided {
+                        metrics::descriptor(
+                            &f.metric_key,
+                            charges[c].cost,
+                            !denied,
+                            f.limit.shadow_mode,
+                        );
+                    }
                     self.tally(
                         f,
-                        false,
+                        denied,
                         &mut over,
                         &mut quota_total,
                         &mut quota_over,
                         quota_mode_count,
                     );
-                    DescriptorStatus {
-                        code: Code::Ok as i32,
-                        current_limit: Some(pb_limit(&f.limit)),
-                        ..Default::default()
-                    }
-                }
-                Slot::Charged(f, c) => match &verdict {
-                    Some(v) => {
-                        let d = &v.quotas[*c];
-                        let denied = !d.allowed;
-                        metrics::descriptor(
-                            &f.metric_key,
-                            charges[*c].cost,
-                            !denied,
-                            f.limit.shadow_mode,
-                        );
-                        self.tally(
-                            f,
-                            denied,
-                            &mut over,
-                            &mut quota_total,
-                            &mut quota_over,
-                            quota_mode_count,
-                        );
-                        DescriptorStatus {
+                    match decided {
+                        Some((_, d)) => DescriptorStatus {
                             code: if denied && !f.limit.shadow_mode {
                                 Code::OverLimit
                             } else {
@@ -541,25 +534,14 @@ impl RateLimitService {
                             limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
                             duration_until_reset: duration_of(d),
                             quota: None,
-                        }
-                    }
-                    // Not asked: another descriptor can never pass.
-                    None => {
-                        self.tally(
-                            f,
-                            false,
-                            &mut over,
-                            &mut quota_total,
-                            &mut quota_over,
-                            quota_mode_count,
-                        );
-                        DescriptorStatus {
+                        },
+                        None => DescriptorStatus {
                             code: Code::Ok as i32,
                             current_limit: Some(pb_limit(&f.limit)),
                             ..Default::default()
-                        }
+                        },
                     }
-                },
+                }
             };
             statuses.push(status);
         }
