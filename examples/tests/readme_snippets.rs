@@ -1,9 +1,9 @@
 //! Every Rust example of the READMEs a newcomer reads is built (and, unless
 //! marked `no_run`, run) the way the README tells a newcomer to: in a new
 //! cargo project outside the workspace, with exactly the `cargo add` lines
-//! of the `sh` block before it, `cargo add ratelimit-exact ...` read as
-//! `cargo add --path <workspace>/ratelimit ...` as the READMEs say to do
-//! until the first release.
+//! of the `sh` block before it: the READMEs add the facade by path
+//! (`cargo add --path "$CHECKOUT/ratelimit" ...`, the crates are not on
+//! crates.io yet), and `$CHECKOUT` is this workspace.
 //!
 //! The examples are also checked for what a reader copying them would trip
 //! on: hidden rustdoc lines (`# ...`, shown as text on GitHub), no `main`,
@@ -26,8 +26,8 @@ const READMES: [&str; 3] = [
     "ratelimit-tower/README.md",
 ];
 
-/// The facade's package name, which the `cargo add` lines use.
-const FACADE: &str = "ratelimit-exact";
+/// The facade as the `cargo add` lines name it: by path, in the checkout.
+const FACADE: &str = "$CHECKOUT/ratelimit";
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -137,17 +137,22 @@ fn examples(readme: &str) -> Result<Vec<Example>, Vec<String>> {
                     .iter()
                     .map(|l| l.split(" #").next().unwrap().trim())
                     .filter(|l| l.starts_with("cargo add "))
-                    .map(|l| l.split_whitespace().map(str::to_owned).collect())
+                    .map(|l| {
+                        l.split_whitespace()
+                            .map(|w| w.trim_matches('"').to_owned())
+                            .collect()
+                    })
                     .collect()
             })
             .unwrap_or_default();
-        if !adds
-            .iter()
-            .any(|a: &Vec<String>| a.get(2).map(String::as_str) == Some(FACADE))
-        {
+        if !adds.iter().any(|a: &Vec<String>| {
+            a.get(2).map(String::as_str) == Some("--path")
+                && a.get(3).map(String::as_str) == Some(FACADE)
+        }) {
             problems.push(format!(
-                "{name}: no `cargo add {FACADE} ...` line in an `sh` block before it, in its \
-                 section: say which features and crates the example needs"
+                "{name}: no `cargo add --path \"{FACADE}\" ...` line in an `sh` block before it, \
+                 in its section: say which features and crates the example needs (by path: \
+                 the crates are not on crates.io, where other projects hold similar names)"
             ));
             continue;
         }
@@ -223,12 +228,12 @@ fn build(example: &Example, dir: &Path, target: &Path) -> Result<(), String> {
     let facade = workspace().join("ratelimit");
     let mut steps = Vec::new();
     for add in &example.adds {
-        // `cargo add ratelimit-exact ...` until the first release:
-        // `cargo add --path <checkout>/ratelimit ...`, as the README says.
+        // `cargo add --path "$CHECKOUT/ratelimit" ...`: this checkout.
         let mut args: Vec<String> = add[1..].to_vec();
-        if args[1] == FACADE {
-            args[1] = "--path".to_owned();
-            args.insert(2, facade.display().to_string());
+        if args.get(1).map(String::as_str) == Some("--path")
+            && args.get(2).map(String::as_str) == Some(FACADE)
+        {
+            args[2] = facade.display().to_string();
         }
         steps.push(format!("cargo {}", shown(&args)));
         let out = offline_first(&args, dir, None);
@@ -294,7 +299,7 @@ fn every_readme_example_builds_in_a_new_project_with_the_features_it_names() {
 #[test]
 fn the_checks_catch_hidden_lines_and_missing_cargo_add_lines() {
     let text = "# Title\n\n## A\n\n```sh\ncargo add tokio\n```\n\n```rust\n# use std::fmt;\nlet x = 1;\n```\n\n\
-                ## B\n\n```sh\ncargo add ratelimit-exact --features redis\n```\n\n```rust,no_run\n\
+                ## B\n\n```sh\ncargo add --path \"$CHECKOUT/ratelimit\" --features redis\n```\n\n```rust,no_run\n\
                 fn main() {}\n```\n";
     let b = blocks(text);
     assert_eq!(b.len(), 4);
@@ -309,5 +314,7 @@ fn the_checks_catch_hidden_lines_and_missing_cargo_add_lines() {
     assert_eq!(problems.len(), 3, "{problems:#?}");
     assert!(problems[0].contains(":9 (## A), line 10: a hidden rustdoc line"));
     assert!(problems[1].contains(":9 (## A): no `fn main`"));
-    assert!(problems[2].contains(":9 (## A): no `cargo add ratelimit-exact ...` line"));
+    assert!(
+        problems[2].contains(":9 (## A): no `cargo add --path \"$CHECKOUT/ratelimit\" ...` line")
+    );
 }

@@ -9,10 +9,10 @@ use crate::Format;
 ///
 /// The file could not be read, parsed or turned into quotas.
 ///
-/// `ratelimit_core::ConfigError` (re-exported as `ratelimit_exact::ConfigError`)
+/// `ratelimit_core::ConfigError` (re-exported as `exactlimit::ConfigError`)
 /// is what a quota constructor or a limiter builder returns for values that
 /// cannot be used, whoever wrote them. This `Error` (re-exported as
-/// `ratelimit_exact::config::Error`) is about a file: it says where in the file
+/// `exactlimit::config::Error`) is about a file: it says where in the file
 /// the problem is and what to write instead. When a constructor refuses a
 /// file's values, its `ConfigError` message becomes the
 /// [`Error::Invalid`] problem, placed at the field it is about.

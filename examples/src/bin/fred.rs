@@ -14,18 +14,18 @@
 //! lost is never sent twice; the client's own retry settings stay as they
 //! are for everything else.
 //!
-//! The fred types come from the facade (`ratelimit_exact::redis::fred_client`,
+//! The fred types come from the facade (`exactlimit::redis::fred_client`,
 //! fred 10), so the client is of the version the store was built against;
 //! an application with its own `fred` dependency uses the same major version.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ratelimit_exact::limiter::NAMESPACE_SEPARATOR;
-use ratelimit_exact::redis::fred_client::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
-use ratelimit_exact::redis::fred_client::types::{ClusterHash, CustomCommand};
-use ratelimit_exact::redis::keys;
-use ratelimit_exact::{FailurePolicy, Limiter, Quota, Rate, RedisStore};
+use exactlimit::limiter::NAMESPACE_SEPARATOR;
+use exactlimit::redis::fred_client::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
+use exactlimit::redis::fred_client::types::{ClusterHash, CustomCommand};
+use exactlimit::redis::keys;
+use exactlimit::{FailurePolicy, Limiter, Quota, Rate, RedisStore};
 
 const USAGE: &str = "usage: fred --redis <URL>\n\
     \n  --redis  the Redis server, e.g. redis://127.0.0.1:6379/";

@@ -57,13 +57,13 @@ use std::time::Duration;
 
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use http::HeaderName;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-use ratelimit_exact::tower::RateLimitInfo;
-use ratelimit_exact::{
+use exactlimit::tower::RateLimitInfo;
+use exactlimit::{
     Algorithm, DenyCache, FailurePolicy, KeyExtractor, Limiter, LocalStore, MissingKey, Quota,
     Rate, RateLimitLayer, RedisStore, Store,
 };
+use http::HeaderName;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 /// The buckets of `ratelimit_store_duration_seconds`, in seconds: from an
 /// in-process store's microseconds, through a Redis round trip's fraction of
@@ -135,7 +135,7 @@ struct Policies {
 impl Policies {
     /// The plan as sold, "100 per minute, burst 20, and 1,000 per day";
     /// logins 5 per 15 minutes.
-    fn defaults() -> Result<Self, ratelimit_exact::ConfigError> {
+    fn defaults() -> Result<Self, exactlimit::ConfigError> {
         Ok(Self {
             api: Quota::token_bucket(Rate::per_minute(100), 20)?.named("api")?,
             daily: Quota::sliding_window(Rate::per_day(1_000))?.named("daily")?,
@@ -148,7 +148,7 @@ impl Policies {
     /// `path` gives taken from it.
     fn from_file(path: &std::path::Path) -> Result<Self, String> {
         let mut policies = Self::defaults().map_err(|e| e.to_string())?;
-        let quotas = ratelimit_exact::config::from_path(path).map_err(|e| e.to_string())?;
+        let quotas = exactlimit::config::from_path(path).map_err(|e| e.to_string())?;
         for quota in quotas {
             match quota.name() {
                 "api" => policies.api = quota,
@@ -247,11 +247,11 @@ async fn index() -> &'static str {
 
 async fn hello(Extension(info): Extension<RateLimitInfo>) -> String {
     match info.decision.source {
-        ratelimit_exact::Source::Store => format!(
+        exactlimit::Source::Store => format!(
             "hello, {}: {} of {} left in policy {:?}\n",
             info.key, info.decision.remaining, info.decision.limit, info.policy
         ),
-        ratelimit_exact::Source::Fallback => format!(
+        exactlimit::Source::Fallback => format!(
             "hello, {}: the limiter's store is unavailable; admitted in process ({} of this \
              server's share of {} left)\n",
             info.key, info.decision.remaining, info.decision.limit
