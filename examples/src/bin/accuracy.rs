@@ -46,16 +46,9 @@ fn parse_args() -> Result<Option<Args>, String> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("{e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let args = match ratelimit_examples::args_or_exit(parse_args(), USAGE) {
+        Ok(args) => args,
+        Err(code) => return code,
     };
     let report = accuracy::run(args.length, args.seed);
     print!("{}", accuracy::render(&report));

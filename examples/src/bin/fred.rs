@@ -95,16 +95,9 @@ async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let url = match parse_args() {
-        Ok(Some(url)) => url,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("{e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let url = match ratelimit_examples::args_or_exit(parse_args(), USAGE) {
+        Ok(args) => args,
+        Err(code) => return code,
     };
     match run(&url).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -273,16 +273,9 @@ async fn login() -> &'static str {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("{e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let args = match ratelimit_examples::args_or_exit(parse_args(), USAGE) {
+        Ok(args) => args,
+        Err(code) => return code,
     };
     let policies = match &args.config {
         None => Policies::defaults().map_err(|e| e.to_string()),

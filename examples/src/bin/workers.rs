@@ -169,16 +169,9 @@ fn parent(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse() {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("{e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let args = match ratelimit_examples::args_or_exit(parse(), USAGE) {
+        Ok(args) => args,
+        Err(code) => return code,
     };
     if let Some(prefix) = args.child.clone() {
         return match child(&args, &prefix).await {
