@@ -35,6 +35,13 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 100_000;
 /// The default most requests one batch call carries: 128.
 pub const DEFAULT_MAX_BATCH: usize = 128;
 
+/// The default most script calls in flight on one node at once: 2. A call that
+/// finds its node idle goes alone; requests arriving meanwhile wait for the
+/// next call, and only a full batch ([`DEFAULT_MAX_BATCH`] requests, or the
+/// store's own bound) goes beside the call in flight rather than after it
+/// (pipelined on the same connection; see the crate docs, "Group commit").
+pub const DEFAULT_PIPELINE: usize = 2;
+
 /// How a store sends one script call and gets its raw integer reply.
 ///
 /// Owned (`Arc`) so that a call whose caller gave up can be followed to its
@@ -119,6 +126,7 @@ pub struct Engine {
     timeout: Duration,
     max_in_flight: usize,
     max_batch: usize,
+    pipeline: usize,
     batch_only: bool,
     shared: Arc<Shared>,
 }
@@ -131,6 +139,7 @@ impl fmt::Debug for Engine {
             .field("timeout", &self.timeout)
             .field("max_in_flight", &self.max_in_flight)
             .field("max_batch", &self.max_batch)
+            .field("pipeline", &self.pipeline)
             .field("domains", &self.shared.domains.states())
             .finish()
     }
@@ -147,6 +156,7 @@ impl Engine {
             timeout,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_batch: DEFAULT_MAX_BATCH,
+            pipeline: DEFAULT_PIPELINE,
             batch_only: false,
             shared: Arc::new(Shared {
                 server_clock: ServerClock::new(server_clocks),
@@ -264,6 +274,18 @@ impl Engine {
     /// The most requests one batch call carries.
     pub fn max_batch(&self) -> usize {
         self.max_batch
+    }
+
+    /// Sets the most script calls in flight on one node at once (default
+    /// [`DEFAULT_PIPELINE`], at least 1; 1: a batch always waits for the
+    /// call in flight). Every call beyond the first carries a full batch.
+    pub fn set_pipeline(&mut self, calls: usize) {
+        self.pipeline = calls.max(1);
+    }
+
+    /// The most script calls in flight on one node at once.
+    pub fn pipeline(&self) -> usize {
+        self.pipeline
     }
 
     /// Sends every request through the batch script, alone ones too (a

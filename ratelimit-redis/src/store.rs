@@ -199,6 +199,14 @@ impl RedisStore {
         self
     }
 
+    /// The most script calls in flight on the connection at once (default
+    /// [`crate::engine::DEFAULT_PIPELINE`]; 1: a batch always waits for the
+    /// call in flight). Every call beyond the first carries a full batch.
+    pub fn with_pipeline(mut self, calls: usize) -> Self {
+        self.engine.set_pipeline(calls);
+        self
+    }
+
     /// Names the node in errors and metrics (`host:port`; default: the
     /// URL's for a built store, `redis` for one made from a client).
     pub fn with_node_name(self, name: &str) -> Self {

@@ -38,7 +38,9 @@
 //! per run, runs interleaved; tables give medians), `--seconds S` (3),
 //! `--callers 1,32,256`, `--keys K` (10000), `--cell PATH` (none: the
 //! redis-cell rows say "not loaded"), `--only NAME,...` (contenders whose
-//! name contains one of the words).
+//! name contains one of the words), `--pipeline N` (ours: the most script
+//! calls in flight per connection, `RedisStore::with_pipeline`; default the
+//! store's).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -59,6 +61,9 @@ use redis::aio::ConnectionManager;
 
 const NAIVE_TOKEN_BUCKET: &str = include_str!("../../lua/naive_token_bucket.lua");
 const GENEROUS: Duration = Duration::from_secs(5);
+
+/// `--pipeline N`: ours with `RedisStore::with_pipeline(N)`.
+static PIPELINE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 
 /// What every contender is asked to enforce: `count` per `period_secs`
 /// seconds with a burst of `burst` (a token bucket or GCRA of that rate and
@@ -193,6 +198,10 @@ fn parse_args() -> Args {
             }
             "--cell" => a.cell = Some(value()),
             "--pin" => a.pin = true,
+            "--pipeline" => {
+                let n = value().parse().expect("--pipeline: a number");
+                let _ = PIPELINE.set(n);
+            }
             "--only" => {
                 a.only = value()
                     .split(',')
@@ -244,6 +253,10 @@ async fn contender(
                     store.with_max_batch(1)
                 } else {
                     store
+                };
+                let store = match PIPELINE.get() {
+                    Some(&n) => store.with_pipeline(n),
+                    None => store,
                 };
                 stores.push(Arc::new(store));
             }
