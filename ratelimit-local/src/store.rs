@@ -492,6 +492,14 @@ impl LocalStore {
     /// place) for a single-charge request, without building the request.
     #[inline]
     pub fn decide_now(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
+        self.decide_single(key, quota, cost)
+    }
+
+    /// [`LocalStore::decide_now`]'s body, inlined into [`Store::decide`]
+    /// too, so that the trait object's call writes the decision straight
+    /// into its answer.
+    #[inline(always)]
+    fn decide_single(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
         // What `Quota::check_cost` checks, inline; the error is built off
         // the hot path.
         if cost == 0 || cost > quota.limit() {
@@ -676,7 +684,7 @@ impl Store for LocalStore {
     #[inline]
     fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
         if let ([c], false) = (request.charges, request.deadline.has_passed()) {
-            return match self.decide_now(request.key, c.quota, c.cost) {
+            return match self.decide_single(request.key, c.quota, c.cost) {
                 Ok(d) => Answer::decided(d),
                 Err(e) => Answer::ready(Err(e)),
             };

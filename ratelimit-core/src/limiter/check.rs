@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::decision::Decision;
+use crate::store::Answer;
 
 use super::NAMESPACE_SEPARATOR;
 
@@ -36,19 +37,11 @@ impl<'a> Check<'a> {
         Self(Repr::Ready(Some(decision)))
     }
 
-    /// No decision yet (to be written in place).
-    #[inline]
-    pub(crate) fn empty() -> Self {
-        Self(Repr::Ready(None))
-    }
-
-    /// The decision held, to adjust in place.
-    #[inline]
-    pub(crate) fn decision_mut(&mut self) -> Option<&mut Decision> {
-        match &mut self.0 {
-            Repr::Ready(d) => d.as_mut(),
-            Repr::Pending(_) => None,
-        }
+    /// The decision of `answer`, which holds one ([`Answer::decided_mut`]
+    /// returned it), moved once into place.
+    #[inline(always)]
+    pub(crate) fn from_answer(answer: Option<Answer<'_>>) -> Self {
+        Self(Repr::Ready(answer.and_then(Answer::into_decided)))
     }
 
     pub(crate) fn pending(future: impl Future<Output = Decision> + Send + 'a) -> Self {
@@ -127,38 +120,36 @@ impl fmt::Debug for Prefix {
 
 /// Copies `src` into `dst` (of the same length): short slices, the usual
 /// caller ids, as one or two overlapping machine-word moves rather than a
-/// call to `memcpy`.
+/// call to `memcpy` (the common lengths, 8 to 16 bytes, tested first).
 #[inline(always)]
 fn copy_short(dst: &mut [u8], src: &[u8]) {
     let n = src.len();
-    match n {
-        0 => {}
-        1 => dst[0] = src[0],
-        2..4 => {
-            if let (Some(a), Some(b)) = (src.first_chunk::<2>(), src.last_chunk::<2>()) {
-                dst[..2].copy_from_slice(a);
-                dst[n - 2..].copy_from_slice(b);
-            }
-        }
-        4..8 => {
-            if let (Some(a), Some(b)) = (src.first_chunk::<4>(), src.last_chunk::<4>()) {
-                dst[..4].copy_from_slice(a);
-                dst[n - 4..].copy_from_slice(b);
-            }
-        }
-        8..=16 => {
+    if n <= 16 {
+        if n >= 8 {
             if let (Some(a), Some(b)) = (src.first_chunk::<8>(), src.last_chunk::<8>()) {
                 dst[..8].copy_from_slice(a);
                 dst[n - 8..].copy_from_slice(b);
             }
-        }
-        17..=32 => {
-            if let (Some(a), Some(b)) = (src.first_chunk::<16>(), src.last_chunk::<16>()) {
-                dst[..16].copy_from_slice(a);
-                dst[n - 16..].copy_from_slice(b);
+        } else if n >= 4 {
+            if let (Some(a), Some(b)) = (src.first_chunk::<4>(), src.last_chunk::<4>()) {
+                dst[..4].copy_from_slice(a);
+                dst[n - 4..].copy_from_slice(b);
             }
+        } else if n >= 2 {
+            if let (Some(a), Some(b)) = (src.first_chunk::<2>(), src.last_chunk::<2>()) {
+                dst[..2].copy_from_slice(a);
+                dst[n - 2..].copy_from_slice(b);
+            }
+        } else if n == 1 {
+            dst[0] = src[0];
         }
-        _ => dst.copy_from_slice(src),
+    } else if n <= 32 {
+        if let (Some(a), Some(b)) = (src.first_chunk::<16>(), src.last_chunk::<16>()) {
+            dst[..16].copy_from_slice(a);
+            dst[n - 16..].copy_from_slice(b);
+        }
+    } else {
+        dst.copy_from_slice(src);
     }
 }
 
@@ -173,7 +164,18 @@ pub(crate) fn key_in<'b>(
     if len > INLINE_KEY {
         return None;
     }
-    copy_short(buf.get_mut(..prefix.len)?, prefix.as_slice());
+    // The prefix's fixed-size block, copied whole (16 bytes for the usual
+    // short namespace): the caller's bytes then overwrite its zero tail.
+    if prefix.len <= 16 {
+        if let (Some(dst), Some(src)) = (
+            buf.first_chunk_mut::<16>(),
+            prefix.bytes.first_chunk::<16>(),
+        ) {
+            *dst = *src;
+        }
+    } else if let Some(dst) = buf.first_chunk_mut::<PREFIX_MAX>() {
+        *dst = prefix.bytes;
+    }
     copy_short(buf.get_mut(prefix.len..len)?, caller);
     buf.get(..len)
 }

@@ -179,13 +179,19 @@ impl Limiter {
     /// synchronously, and the returned [`Check`] only hands it over: no
     /// future is boxed and nothing is allocated for a key up to 128 bytes.
     /// A cost of 1 is valid for every quota, so this cannot fail.
+    #[inline]
     pub fn check(&self, caller: impl AsRef<[u8]>) -> Check<'_> {
         let caller = caller.as_ref();
-        let inner = &*self.inner;
-        if let [q] = &inner.quotas[..] {
-            return self.check_one(0, q, caller, 1);
+        match &self.inner.quotas[..] {
+            [q] => self.check_one(0, q, caller, 1),
+            _ => self.check_several(caller),
         }
-        let key = KeyBuf::owned(&inner.prefix, caller);
+    }
+
+    /// [`Limiter::check`] with several quotas: one request, all or nothing.
+    #[inline(never)]
+    fn check_several(&self, caller: &[u8]) -> Check<'_> {
+        let key = KeyBuf::owned(&self.inner.prefix, caller);
         Check::pending(async move {
             let costs = vec![1; self.inner.quotas.len()];
             self.decide_many(&key, &costs)

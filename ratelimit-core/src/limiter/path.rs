@@ -94,23 +94,72 @@ impl Limiter {
         cost: u64,
     ) -> Check<'a> {
         let inner = &*self.inner;
-        if inner.in_process.load(Ordering::Relaxed) {
-            let mut buf = [0u8; INLINE_KEY];
-            if let Some(key) = key_in(&inner.prefix, caller, &mut buf) {
-                let span = telemetry::span(&inner.namespace);
-                let mut out = Check::empty();
-                return match self.one_in_place(index, quota, key, cost, &span, &mut out) {
-                    None => out,
-                    Some(left) => self.one_later(index, quota, caller, cost, left, span),
-                };
+        if !inner.in_process.load(Ordering::Relaxed) {
+            return self.one_later(index, quota, caller, cost, Left::Pending);
+        }
+        let mut buf = [0u8; INLINE_KEY];
+        let Some(key) = key_in(&inner.prefix, caller, &mut buf) else {
+            return self.one_later(index, quota, caller, cost, Left::Pending);
+        };
+        // What follows is [`Limiter::one_async`] for a store that answers in
+        // place: the same deny cache, breaker, panic guard, counters, shadow
+        // handling and telemetry, with no future. The happy path stays in
+        // this function; everything else is handed to cold ones.
+        let span = telemetry::span_if_enabled(&inner.namespace);
+        let entered = span.as_ref().map(tracing::Span::enter);
+        let shadow = inner.shadow.get(index).copied().unwrap_or(false);
+        let now = self.now_if_needed();
+        #[cfg(feature = "deny-cache")]
+        if !shadow {
+            if let Some(d) = self.cached_denial(index, quota, key, cost, now) {
+                self.count_in(&d, quota, span.as_ref());
+                return Check::ready(d);
             }
         }
-        let span = telemetry::span(&inner.namespace);
-        self.one_later(index, quota, caller, cost, Left::Pending, span)
+        let permit = match self.permit(now) {
+            Ok(p) => p,
+            Err(failure) => {
+                drop(entered);
+                return self.in_place_failed(index, quota, caller, key, cost, failure, span);
+            }
+        };
+        let charges = [Charge {
+            quota,
+            cost,
+            shadow: false,
+        }];
+        let request = Request::new(key, &charges).with_deadline(Deadline::within(inner.timeout));
+        let store = &*inner.store;
+        let started = telemetry::Started::now();
+        // The answer is written in place (the closure returns nothing to
+        // move out of the unwinding frame).
+        let mut slot = None;
+        let caught = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            slot = Some(store.decide(request));
+        }));
+        started.record(&inner.labels);
+        let (Ok(()), Some(answer)) = (caught, &mut slot) else {
+            drop(entered);
+            let failure = self.failed(Failure::Panicked, permit);
+            return self.in_place_failed(index, quota, caller, key, cost, failure, span);
+        };
+        if let Some(d) = answer.decided_mut() {
+            self.answered(permit);
+            self.accept(index, quota, key, cost, shadow, now, d);
+            self.count_in(d, quota, span.as_ref());
+            drop(entered);
+            return Check::from_answer(slot);
+        }
+        drop(entered);
+        let Some(answer) = slot else {
+            unreachable!("the answer was written")
+        };
+        self.in_place_answered(index, quota, caller, key, cost, answer, permit, span)
     }
 
     /// What [`Limiter::check_one`] could not decide in place, as a future
     /// that owns its key.
+    #[cold]
     #[inline(never)]
     fn one_later<'a>(
         &'a self,
@@ -119,8 +168,8 @@ impl Limiter {
         caller: &[u8],
         cost: u64,
         left: Left,
-        span: tracing::Span,
     ) -> Check<'a> {
+        let span = telemetry::span(&self.inner.namespace);
         let key = KeyBuf::owned(&self.inner.prefix, caller);
         Check::pending(
             async move {
@@ -135,61 +184,33 @@ impl Limiter {
         )
     }
 
-    /// [`Limiter::one_async`] for a store that answers in place, in `span`:
-    /// the same deny cache, breaker, panic guard, counters, shadow handling
-    /// and telemetry, with no future; the decision is written to `out`.
-    /// What it cannot finish without waiting it hands back.
-    #[inline]
-    fn one_in_place(
-        &self,
+    /// An in-place answer that is not a decision ready in place
+    /// ([`Answer::decided`]): a set of one decision, an error (decided by
+    /// the fallback store or handed to the async path), or a future (handed
+    /// to the async path).
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn in_place_answered<'a>(
+        &'a self,
         index: usize,
-        quota: &Quota,
+        quota: &'a Quota,
+        caller: &[u8],
         key: &[u8],
         cost: u64,
-        span: &tracing::Span,
-        out: &mut Check<'_>,
-    ) -> Option<Left> {
-        let inner = &*self.inner;
-        let _entered = (!span.is_disabled()).then(|| span.enter());
-        let shadow = inner.shadow.get(index).copied().unwrap_or(false);
-        let now = self.now_if_needed();
-        #[cfg(feature = "deny-cache")]
-        if !shadow {
-            if let Some(d) = self.cached_denial(index, quota, key, cost, now) {
-                self.count_in(&d, quota, span);
-                *out = Check::ready(d);
-                return None;
-            }
-        }
-        let permit = match self.permit(now) {
-            Ok(p) => p,
-            Err(failure) => {
-                return self.fallback_in_place(index, quota, key, cost, failure, span, out);
-            }
-        };
-        let charges = [Charge {
-            quota,
-            cost,
-            shadow: false,
-        }];
-        let request = Request::new(key, &charges).with_deadline(Deadline::within(inner.timeout));
-        let store = &*inner.store;
-        let started = telemetry::Started::now();
-        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| store.decide(request)));
-        started.record(&inner.labels);
-        let Ok(answer) = answer else {
-            let failure = self.failed(Failure::Panicked, permit);
-            return self.fallback_in_place(index, quota, key, cost, failure, span, out);
-        };
+        answer: Answer<'_>,
+        permit: Option<Permit<'_>>,
+        span: Option<tracing::Span>,
+    ) -> Check<'a> {
         let failure = match answer.into_single() {
-            Ok(Ok(d)) => {
+            Ok(Ok(mut d)) => {
+                let _entered = span.as_ref().map(tracing::Span::enter);
+                let shadow = self.inner.shadow.get(index).copied().unwrap_or(false);
+                let now = self.now_if_needed();
                 self.answered(permit);
-                *out = Check::ready(d);
-                if let Some(d) = out.decision_mut() {
-                    self.accept(index, quota, key, cost, shadow, now, d);
-                    self.count_in(d, quota, span);
-                }
-                return None;
+                self.accept(index, quota, key, cost, shadow, now, &mut d);
+                self.count_in(&d, quota, span.as_ref());
+                return Check::ready(d);
             }
             Ok(Err(e)) => Failure::Error(e),
             Err(pending) => {
@@ -197,36 +218,37 @@ impl Limiter {
                 // limiter takes the async path at once. The answer was
                 // never polled (dropping the permit frees a probe's slot).
                 drop((pending, permit));
-                inner.in_process.store(false, Ordering::Relaxed);
-                return Some(Left::Pending);
+                self.inner.in_process.store(false, Ordering::Relaxed);
+                return self.one_later(index, quota, caller, cost, Left::Pending);
             }
         };
         let failure = self.failed(failure, permit);
-        self.fallback_in_place(index, quota, key, cost, failure, span, out)
+        self.in_place_failed(index, quota, caller, key, cost, failure, span)
     }
 
     /// A failed in-place decision: decided by the fallback store when it
     /// answers in place, else handed to the async path.
     #[cold]
+    #[inline(never)]
     #[allow(clippy::too_many_arguments)]
-    fn fallback_in_place(
-        &self,
+    fn in_place_failed<'a>(
+        &'a self,
         index: usize,
-        quota: &Quota,
+        quota: &'a Quota,
+        caller: &[u8],
         key: &[u8],
         cost: u64,
         failure: Failure,
-        span: &tracing::Span,
-        out: &mut Check<'_>,
-    ) -> Option<Left> {
+        span: Option<tracing::Span>,
+    ) -> Check<'a> {
+        let _entered = span.as_ref().map(tracing::Span::enter);
         match self.fallback_one_in_place(index, quota, key, cost) {
             Some(d) => {
                 self.fail(quota, &failure);
-                self.count_in(&d, quota, span);
-                *out = Check::ready(d);
-                None
+                self.count_in(&d, quota, span.as_ref());
+                Check::ready(d)
             }
-            None => Some(Left::Failed(failure)),
+            None => self.one_later(index, quota, caller, cost, Left::Failed(failure)),
         }
     }
 
@@ -423,16 +445,23 @@ impl Limiter {
     }
 
     /// A store request answered: the breaker closes if it was open.
-    #[inline]
+    #[inline(always)]
     fn answered(&self, permit: Option<Permit<'_>>) {
-        let inner = &*self.inner;
-        if let Some(b) = &inner.breaker {
-            if b.success(inner.clock.now()) {
-                tracing::info!(namespace = %inner.namespace, "rate-limit store answers again: circuit breaker closed");
-                telemetry::breaker(&inner.labels, false);
-            }
+        if let Some(b) = &self.inner.breaker {
+            self.breaker_success(b);
         }
         drop(permit);
+    }
+
+    /// A success told to the breaker (kept off the path of a limiter
+    /// without one).
+    #[inline(never)]
+    fn breaker_success(&self, b: &crate::health::Health) {
+        let inner = &*self.inner;
+        if b.success(inner.clock.now()) {
+            tracing::info!(namespace = %inner.namespace, "rate-limit store answers again: circuit breaker closed");
+            telemetry::breaker(&inner.labels, false);
+        }
     }
 
     /// A store request failed (an error, a panic, a timeout): counted,
@@ -708,12 +737,12 @@ impl Limiter {
 
     /// Counts the decision in the stats, metrics and the current span.
     fn count(&self, d: &Decision, quota: &Quota) {
-        self.count_in(d, quota, &tracing::Span::current());
+        self.count_in(d, quota, Some(&tracing::Span::current()));
     }
 
     /// Counts a decision under one quota in the stats, metrics and `span`.
     #[inline]
-    fn count_in(&self, d: &Decision, quota: &Quota, span: &tracing::Span) {
+    fn count_in(&self, d: &Decision, quota: &Quota, span: Option<&tracing::Span>) {
         self.bump_stats(d);
         telemetry::decision(&self.inner.labels, quota, d, span);
         telemetry::policy_decision(&self.inner.labels, quota, d);
@@ -730,7 +759,7 @@ impl Limiter {
             &inner.labels,
             binding,
             &v.decision,
-            &tracing::Span::current(),
+            Some(&tracing::Span::current()),
         );
         for (quota, d) in inner.quotas.iter().zip(&v.quotas) {
             telemetry::policy_decision(&inner.labels, quota, d);
@@ -741,6 +770,9 @@ impl Limiter {
     #[inline]
     fn bump_stats(&self, d: &Decision) {
         let c = self.inner.counters.local();
+        if d.source == Source::Store {
+            return bump(if d.allowed { &c.allowed } else { &c.denied });
+        }
         bump(match d.source {
             Source::Store | Source::Shadow if d.allowed => &c.allowed,
             Source::Store | Source::Shadow => &c.denied,

@@ -154,14 +154,25 @@ pub(crate) fn span(namespace: &str) -> tracing::Span {
     )
 }
 
+/// The span of a decision, or `None` when no subscriber takes debug spans
+/// (checked before anything is built for it).
+#[inline]
+pub(crate) fn span_if_enabled(namespace: &str) -> Option<tracing::Span> {
+    if !tracing::level_enabled!(tracing::Level::DEBUG) {
+        return None;
+    }
+    let span = span(namespace);
+    (!span.is_disabled()).then_some(span)
+}
+
 /// One decision: the fields of its span (`span`) and the decisions counter.
 #[inline]
-pub(crate) fn decision(labels: &Labels, quota: &Quota, d: &Decision, span: &tracing::Span) {
-    let outcome = if d.allowed { "allowed" } else { "denied" };
-    if !span.is_disabled() {
+pub(crate) fn decision(labels: &Labels, quota: &Quota, d: &Decision, span: Option<&tracing::Span>) {
+    let outcome = || if d.allowed { "allowed" } else { "denied" };
+    if let Some(span) = span.filter(|s| !s.is_disabled()) {
         span.record("policy", quota.name());
         span.record("algorithm", quota.kind().code());
-        span.record("outcome", outcome);
+        span.record("outcome", outcome());
         span.record("source", d.source.label());
     }
     #[cfg(feature = "metrics")]
@@ -171,7 +182,7 @@ pub(crate) fn decision(labels: &Labels, quota: &Quota, d: &Decision, span: &trac
         "ratelimit_decisions_total",
         "namespace" => labels.namespace.clone(),
         "policy" => policy(quota),
-        "outcome" => outcome,
+        "outcome" => outcome(),
         "source" => d.source.label()
     )
     .increment(1);

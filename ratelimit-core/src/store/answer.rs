@@ -191,6 +191,24 @@ enum Inner<'a> {
 }
 
 impl<'a> Answer<'a> {
+    /// The decision of an answer made by [`Answer::decided`], in place.
+    #[inline]
+    pub(crate) fn decided_mut(&mut self) -> Option<&mut Decision> {
+        match &mut self.0 {
+            Inner::One(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The decision of an answer made by [`Answer::decided`].
+    #[inline]
+    pub(crate) fn into_decided(self) -> Option<Decision> {
+        match self.0 {
+            Inner::One(d) => Some(d),
+            _ => None,
+        }
+    }
+
     /// An answer that is ready now.
     #[inline]
     pub fn ready(result: Result<Decisions>) -> Self {
