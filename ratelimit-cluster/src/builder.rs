@@ -1,4 +1,5 @@
-//! [`ClusterStoreBuilder`]: a [`ClusterStore`] over redis-rs' `cluster-async`.
+//! [`ClusterStoreBuilder`]: a [`ClusterStore`] over redis-rs, one connection
+//! per node.
 
 use std::fmt;
 use std::time::Duration;
@@ -6,9 +7,10 @@ use std::time::Duration;
 use ratelimit_core::StoreError;
 use ratelimit_redis::options::Options;
 use ratelimit_redis::{error, keys};
-use redis::cluster::ClusterClientBuilder;
+use std::sync::Arc;
 
 use crate::connection::Backend;
+use crate::nodes::Nodes;
 use crate::store::ClusterStore;
 
 /// Default time to wait for each reply from a node: 30 ms (as the
@@ -91,12 +93,14 @@ impl ClusterStoreBuilder {
 
     /// Connects and builds the store.
     ///
-    /// The redis-rs client is built with its own retries off (the store
-    /// retries only what cannot count a request twice: see
-    /// [`crate::retry`]), and with the response and connection timeouts set.
-    /// Fails on an invalid prefix or URL, or when no seed node can be
-    /// reached now; once built, the store reconnects and follows topology
-    /// changes by itself.
+    /// The store reads the slot map (`CLUSTER SLOTS`) from a seed node and
+    /// holds one redis-rs multiplexed connection per node, opened on
+    /// demand with the response and connection timeouts set, every node
+    /// reached with the first seed URL's settings (credentials, TLS); it
+    /// routes each call itself (see [`crate::retry`] for what it re-sends:
+    /// only what cannot count a request twice). Fails on an invalid prefix
+    /// or URL, or when no seed node can be reached now; once built, the
+    /// store reconnects and follows topology changes by itself.
     pub async fn build(self) -> Result<ClusterStore, StoreError> {
         let options = &self.options;
         let engine = options.engine(
@@ -122,35 +126,37 @@ impl ClusterStoreBuilder {
             let urls: Vec<String> = self.seeds.0.iter().map(|u| redacted(u)).collect();
             urls.join(", ")
         };
-        let client = ClusterClientBuilder::new(self.seeds.0.clone())
-            // TCP_NODELAY: see `ratelimit_redis::RedisStoreBuilder::build`.
-            .tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true))
-            .retries(0)
-            .response_timeout(options.response_timeout)
-            .overall_response_timeout(Some(options.response_timeout))
-            .connection_timeout(options.connection_timeout)
-            .build()
-            .map_err(|e| {
-                naming(
-                    format!("cannot set up a Redis Cluster client for {}", seeds()),
-                    e,
-                )
-            })?;
-        let connection = client.get_async_connection().await.map_err(|e| {
+        let nodes = Nodes::new(
+            &self.seeds.0,
+            options.response_timeout,
+            options.connection_timeout,
+        )
+        .map_err(|e| {
             naming(
-                format!(
-                    "cannot reach the Redis Cluster through its seed nodes {}",
-                    seeds()
-                ),
+                format!("cannot set up a Redis Cluster client for {}", seeds()),
                 e,
             )
         })?;
+        let nodes = Arc::new(nodes);
+        let store = ClusterStore::with_engine(Backend::Nodes(Arc::clone(&nodes)), engine);
+        // The slot map: which master serves each slot (the routes and the
+        // failure domains).
+        let ranges = nodes.slot_ranges(&store.router.slots).await.map_err(|e| {
+            StoreError::backend(
+                format!(
+                    "cannot reach the Redis Cluster through its seed nodes {}: {e}",
+                    seeds()
+                ),
+                e.is_transient(),
+                e,
+            )
+        })?;
+        store.router.slots.set_ranges(&ranges);
         // Every master's clock, learnt now: the first call on each slot
         // carries a deadline too (see `ratelimit_redis::deadline`).
-        crate::connection::learn_clocks(&connection, engine.server_clock()).await;
-        let store = ClusterStore::with_engine(Backend::Redis(connection), engine);
-        // The failure domains: which master serves each slot.
-        store.router.refresh_slots().await;
+        nodes
+            .learn_clocks(&store.router.slots, store.engine.server_clock())
+            .await;
         if self.load_scripts {
             store.load_scripts().await?;
         }

@@ -1,6 +1,10 @@
-//! How the store reaches the cluster: redis-rs' cluster connection, or a
-//! clustered fred client. Scripts, keys and decoding are shared; only the
-//! call and its routing differ.
+//! How the store reaches the cluster: one redis-rs connection per node
+//! ([`crate::nodes`], the default), redis-rs' cluster connection (a
+//! `ClusterConnection` the application brings), or a clustered fred
+//! client. Scripts, keys and decoding are shared; only the call and its
+//! routing differ.
+
+use std::sync::Arc;
 
 use ratelimit_redis::error;
 use ratelimit_redis::scripts::Call;
@@ -8,12 +12,16 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{Cmd, FromRedisValue, Value};
 
+use crate::nodes::Nodes;
 use crate::retry::{self, Addr, Failure, Next, Route};
+use crate::slots::SlotMap;
 
 /// A cluster client.
 #[derive(Clone)]
 pub(crate) enum Backend {
-    /// redis-rs `cluster-async`.
+    /// redis-rs, one connection per node, routed by the store's slot map.
+    Nodes(Arc<Nodes>),
+    /// redis-rs `cluster-async`, routed by its own slot map.
     Redis(ClusterConnection),
     /// fred, clustered.
     #[cfg(feature = "fred")]
@@ -22,14 +30,18 @@ pub(crate) enum Backend {
 
 impl Backend {
     /// One attempt: `EVALSHA` (or `EVAL` with the source when `source`) of
-    /// `call` (its keys share one slot), sent where `route` says.
+    /// `call` (its keys share one slot), sent where `route` says (the
+    /// master of its slot: `slots` for [`Backend::Nodes`], the client's own
+    /// map for the others).
     pub(crate) async fn eval(
         &self,
         call: &Call,
         route: &Route,
         source: bool,
+        slots: &SlotMap,
     ) -> Result<Vec<i64>, Failure> {
         match self {
+            Self::Nodes(nodes) => nodes.eval(call, route, source, slots).await,
             Self::Redis(conn) => redis_eval(conn.clone(), call, route, source).await,
             #[cfg(feature = "fred")]
             Self::Fred(client) => crate::fred::eval(client, call, route, source).await,
@@ -37,8 +49,12 @@ impl Backend {
     }
 
     /// `SCRIPT LOAD` of every script on every master.
-    pub(crate) async fn load_scripts(&self) -> Result<(), ratelimit_core::StoreError> {
+    pub(crate) async fn load_scripts(
+        &self,
+        slots: &SlotMap,
+    ) -> Result<(), ratelimit_core::StoreError> {
         match self {
+            Self::Nodes(nodes) => nodes.load_scripts(slots).await,
             Self::Redis(conn) => {
                 use redis::cluster_routing::{
                     MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo,
@@ -66,8 +82,9 @@ impl Backend {
 
     /// Each slot range and its master (`host:port`), as the cluster says
     /// now (`None` when it cannot be read).
-    pub(crate) async fn slot_ranges(&self) -> Option<Vec<(u16, u16, String)>> {
+    pub(crate) async fn slot_ranges(&self, slots: &SlotMap) -> Option<Vec<(u16, u16, String)>> {
         match self {
+            Self::Nodes(nodes) => nodes.slot_ranges(slots).await.ok(),
             Self::Redis(conn) => redis_slot_ranges(conn).await,
             #[cfg(feature = "fred")]
             Self::Fred(client) => {
@@ -92,7 +109,8 @@ impl Backend {
 
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Self::Redis(_) => "redis-rs",
+            Self::Nodes(_) => "redis-rs, one connection per node",
+            Self::Redis(_) => "redis-rs cluster connection",
             #[cfg(feature = "fred")]
             Self::Fred(_) => "fred",
         }
@@ -110,7 +128,15 @@ async fn redis_slot_ranges(conn: &ClusterConnection) -> Option<Vec<(u16, u16, St
         )
         .await
         .ok()?;
-    let ranges = redis::from_redis_value::<Vec<Vec<Value>>>(slots).ok()?;
+    parse_slots(slots, "")
+}
+
+/// The ranges of a `CLUSTER SLOTS` reply: `(first slot, last slot,
+/// master)`, the master as `host:port`. A master whose host is empty or
+/// `?` (the node does not know the address it is reached at) is given
+/// `asked`, the host of the node that answered.
+pub(crate) fn parse_slots(reply: Value, asked: &str) -> Option<Vec<(u16, u16, String)>> {
+    let ranges = redis::from_redis_value::<Vec<Vec<Value>>>(reply).ok()?;
     Some(
         ranges
             .iter()
@@ -119,19 +145,25 @@ async fn redis_slot_ranges(conn: &ClusterConnection) -> Option<Vec<(u16, u16, St
                     return None;
                 };
                 let master = redis::from_redis_value::<Vec<Value>>(r.get(2)?.clone()).ok()?;
-                let host = redis::from_redis_value::<String>(master.first()?.clone()).ok()?;
+                let mut host = redis::from_redis_value::<String>(master.first()?.clone()).ok()?;
+                if host.is_empty() || host == "?" {
+                    host = asked.to_owned();
+                }
                 let port = redis::from_redis_value::<u16>(master.get(1)?.clone()).ok()?;
+                if host.is_empty() {
+                    return None;
+                }
                 Some((
                     u16::try_from(*start).ok()?,
                     u16::try_from(*end).ok()?,
-                    format!("{host}:{port}"),
+                    retry::node_name(&host, port),
                 ))
             })
             .collect(),
     )
 }
 
-fn script_cmd(call: &Call, source: bool) -> Cmd {
+pub(crate) fn script_cmd(call: &Call, source: bool) -> Cmd {
     let mut cmd = if source {
         let mut c = redis::cmd("EVAL");
         c.arg(call.script.lua());
@@ -152,7 +184,7 @@ fn by_address(addr: &Addr) -> SingleNodeRoutingInfo {
     }
 }
 
-fn failure(err: redis::RedisError) -> Failure {
+pub(crate) fn failure(err: redis::RedisError) -> Failure {
     let next = retry::classify_redis(&err);
     Failure {
         error: error::from_redis(err),
@@ -160,7 +192,7 @@ fn failure(err: redis::RedisError) -> Failure {
     }
 }
 
-fn decode_value(value: Value) -> Result<Vec<i64>, Failure> {
+pub(crate) fn decode_value(value: Value) -> Result<Vec<i64>, Failure> {
     let value = value.extract_error().map_err(failure)?;
     Vec::<i64>::from_redis_value(value).map_err(|e| Failure {
         error: ratelimit_core::StoreError::message(
@@ -213,39 +245,6 @@ async fn redis_eval(
                     next: Next::Fail,
                 }),
             }
-        }
-    }
-}
-
-/// Reads every master's `TIME` once (one call per slot range of `CLUSTER
-/// SLOTS`, routed to the range's first slot) and teaches `clock` the offset
-/// for every slot of the range, so that the first call on each slot
-/// carries a deadline too. Best effort: a range that does not answer is
-/// learnt from its first reply instead.
-pub(crate) async fn learn_clocks(
-    conn: &ClusterConnection,
-    clock: &ratelimit_redis::deadline::ServerClock,
-) {
-    use redis::cluster_routing::{Route as SlotRoute, RoutingInfo, SlotAddr};
-    let Some(ranges) = redis_slot_ranges(conn).await else {
-        return;
-    };
-    let mut conn = conn.clone();
-    for (start, end, _master) in ranges {
-        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(SlotRoute::new(
-            start,
-            SlotAddr::Master,
-        )));
-        let Ok(time) = conn.route_command(redis::cmd("TIME"), routing).await else {
-            continue;
-        };
-        let received = std::time::Instant::now();
-        let Ok((secs, micros)) = redis::from_redis_value::<(i64, i64)>(time) else {
-            continue;
-        };
-        let server_now = secs.saturating_mul(1_000_000).saturating_add(micros);
-        for slot in start..=end {
-            clock.observe(usize::from(slot), server_now, received);
         }
     }
 }

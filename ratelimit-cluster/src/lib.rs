@@ -5,6 +5,7 @@ mod builder;
 mod connection;
 #[cfg(feature = "fred")]
 mod fred;
+mod nodes;
 pub mod retry;
 mod slots;
 mod stats;

@@ -34,9 +34,10 @@
 //!   waits [`backoff`]: jittered, exponential from 2 ms, at most 64 ms, and
 //!   never past the store's timeout;
 //! - a `MOVED` to a node that has just refused this call's connection is
-//!   not followed: the client library refreshes its slot map on every
-//!   `MOVED` (redis-rs rebuilds it, fred re-reads `CLUSTER SLOTS`), so the
-//!   store waits and retries through the slot map instead of bouncing;
+//!   not followed: the slot map is refreshed soon after a `MOVED` or a
+//!   refused connection (the store's own, [`crate::ClusterStore::builder`];
+//!   fred re-reads `CLUSTER SLOTS` itself), so the store waits and retries
+//!   through the slot map instead of bouncing;
 //! - a call retries at most [`MAX_RETRIES`] times after errors that say the
 //!   cluster cannot serve it now (refused or missing connections,
 //!   `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`, `LOADING`, `BUSY`,
@@ -50,12 +51,14 @@
 //! to the key.
 //!
 //! The client libraries' own retry loops cannot tell these cases apart
-//! (redis-rs re-sends after a timeout or a dropped connection; fred after a
-//! connection closes with the command in flight), so the store turns them
-//! off: redis-rs with `retries(0)` where it builds the client (and asks for
-//! the same when you bring your own), fred with a per-command
-//! `max_attempts = 1` on every script, whatever the client's configuration
-//! (see the crate docs).
+//! (redis-rs' cluster connection re-sends after a timeout or a dropped
+//! connection; fred after a connection closes with the command in flight),
+//! so the store does without them: the builder's store sends each attempt
+//! once on its own connection to the node (redis-rs' multiplexed
+//! connections never re-send), a `ClusterConnection` you bring must be
+//! built with `retries(0)`, and fred gets a per-command `max_attempts = 1`
+//! on every script, whatever the client's configuration (see the crate
+//! docs).
 
 use std::time::Duration;
 
@@ -82,10 +85,28 @@ pub(crate) struct Addr {
     pub(crate) port: u16,
 }
 
+impl Addr {
+    /// The node's name: `host:port` (`[host]:port` for an IPv6 address).
+    pub(crate) fn name(&self) -> String {
+        node_name(&self.host, self.port)
+    }
+}
+
+/// A node's name, as the slot map and the failure domains spell it:
+/// `host:port`, or `[host]:port` for an IPv6 address.
+pub(crate) fn node_name(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 /// Where the next attempt goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Route {
-    /// To the master of the key's slot, as the client's slot map says.
+    /// To the master of the key's slot, as the slot map says (the store's own,
+    /// or the client's for a `ClusterConnection` or fred).
     Key,
     /// To the node a `MOVED` named.
     Moved(Addr),

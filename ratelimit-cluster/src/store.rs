@@ -70,7 +70,7 @@ pub(crate) struct Router {
 impl Router {
     /// Reads the slot map from the cluster now.
     pub(crate) async fn refresh_slots(&self) {
-        if let Some(ranges) = self.backend.slot_ranges().await {
+        if let Some(ranges) = self.backend.slot_ranges(&self.slots).await {
             self.slots.set_ranges(&ranges);
         }
     }
@@ -104,6 +104,13 @@ impl ClusterStore {
     /// A store over a redis-rs cluster connection you already hold (build
     /// its client with `retries(0)`: see [`crate::retry`]), with prefix `rl`,
     /// the server's clock and a per-call bound of [`DEFAULT_CALL_TIMEOUT`].
+    ///
+    /// The calls go through that connection and its routing. Prefer
+    /// [`ClusterStore::builder`], whose store holds one connection per node:
+    /// redis-rs' cluster connection drives no request for any node while it
+    /// recovers from one node's failure, so with it a dead master also
+    /// stalls the callers of the healthy ones (see the crate docs, "One
+    /// breaker per master").
     pub fn from_cluster_connection(connection: redis::cluster_async::ClusterConnection) -> Self {
         Self::from_backend(Backend::Redis(connection))
     }
@@ -120,7 +127,7 @@ impl ClusterStore {
     /// a store built from a client calls it when it likes (a `NOSCRIPT` is
     /// handled either way).
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
-        self.router.backend.load_scripts().await
+        self.router.backend.load_scripts(&self.router.slots).await
     }
 }
 
@@ -162,7 +169,7 @@ impl Transport for Router {
         let mut refused: Option<Addr> = None;
         loop {
             attempt += 1;
-            let failure = match self.backend.eval(&call, &route, source).await {
+            let failure = match self.backend.eval(&call, &route, source, &self.slots).await {
                 Ok(reply) => {
                     bump(&c.decisions);
                     return Ok(reply);
@@ -176,14 +183,15 @@ impl Transport for Router {
                 Next::Moved(addr) if refused.as_ref() == Some(&addr) => {
                     // Back to a node that just refused: its master is dead
                     // and the slot map stale. Do not bounce: retry through
-                    // the slot map, which the client refreshes on `MOVED`.
+                    // the slot map, refreshed meanwhile.
                     bump(&c.moved);
+                    self.slots.suspect();
                     retries += 1;
                 }
                 Next::Moved(addr) => {
                     bump(&c.moved);
-                    self.slots
-                        .moved(call.slot(), &format!("{}:{}", addr.host, addr.port));
+                    self.slots.moved(call.slot(), &addr.name());
+                    self.slots.suspect();
                     pace = redirected;
                     redirected = true;
                     route = Route::Moved(addr);
@@ -216,6 +224,7 @@ impl Transport for Router {
                 }
                 Next::Unreachable => {
                     bump(&c.retries);
+                    self.slots.suspect();
                     retries += 1;
                     if let Route::Moved(addr) | Route::Ask(addr) = sent_to {
                         refused = Some(addr);

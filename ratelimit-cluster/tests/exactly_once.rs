@@ -4,7 +4,8 @@
 //! the stored state shows the call counted **once**: neither the client
 //! library nor the store's own retries ran the script again.
 //!
-//! Both clients, the reply lost to a closed connection and to a silent
+//! Every client (redis-rs with one connection per node, redis-rs'
+//! `ClusterConnection`, fred), the reply lost to a closed connection and to a silent
 //! one; fred at its default configuration (three command attempts), which
 //! the store must not let re-send a script. Real time, bounded waits.
 
@@ -58,6 +59,9 @@ async fn fred_default_attempts(cluster: &RedisCluster, prefix: &str) -> ClusterS
 async fn store(lib: Lib, cluster: &RedisCluster, prefix: &str) -> ClusterStore {
     match lib {
         Lib::RedisRs => common::redis_rs_store(cluster, prefix, RESPONSE, CALL).await,
+        Lib::ClusterConnection => {
+            common::cluster_connection_store(cluster, prefix, RESPONSE, CALL).await
+        }
         #[cfg(feature = "fred")]
         Lib::Fred => fred_default_attempts(cluster, prefix).await,
     }
@@ -131,6 +135,7 @@ async fn a_lost_reply_is_counted_once_on_a_cluster() {
     let cluster = RedisCluster::start_local_proxied();
     for how in [LostReply::Close, LostReply::Hold] {
         lost_reply_counts_once(&cluster, Lib::RedisRs, how).await;
+        lost_reply_counts_once(&cluster, Lib::ClusterConnection, how).await;
         #[cfg(feature = "fred")]
         lost_reply_counts_once(&cluster, Lib::Fred, how).await;
     }

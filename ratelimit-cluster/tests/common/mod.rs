@@ -33,6 +33,36 @@ pub async fn redis_rs_store(
         .expect("connect to the test cluster")
 }
 
+/// A store over a redis-rs `ClusterConnection` (the client's own routing,
+/// built as the crate docs ask: `retries(0)`, timeouts set), with the given
+/// per-reply and per-call bounds.
+pub async fn cluster_connection_store(
+    cluster: &RedisCluster,
+    prefix: &str,
+    response: Duration,
+    call: Duration,
+) -> ClusterStore {
+    let client = redis::cluster::ClusterClientBuilder::new(cluster.urls())
+        .retries(0)
+        .response_timeout(response)
+        .connection_timeout(response.min(Duration::from_secs(1)))
+        .build()
+        .expect("cluster client");
+    let connection = client
+        .get_async_connection()
+        .await
+        .expect("connect to the test cluster");
+    let store = ClusterStore::from_cluster_connection(connection)
+        .with_prefix(prefix)
+        .expect("valid prefix")
+        .with_timeout(call);
+    store
+        .load_scripts()
+        .await
+        .expect("SCRIPT LOAD on every master");
+    store
+}
+
 /// A fred store with the given per-command and per-call bounds; fred never
 /// re-sends a command in flight (`max_command_attempts = 1`).
 #[cfg(feature = "fred")]
@@ -72,8 +102,10 @@ pub async fn fred_store(
 /// Which client library a factory uses.
 #[derive(Debug, Clone, Copy)]
 pub enum Lib {
-    /// redis-rs `cluster-async`.
+    /// redis-rs, one connection per node (the builder's store).
     RedisRs,
+    /// redis-rs' `ClusterConnection`, brought by the application.
+    ClusterConnection,
     /// fred.
     #[cfg(feature = "fred")]
     Fred,
@@ -89,6 +121,7 @@ pub async fn store(
 ) -> ClusterStore {
     match lib {
         Lib::RedisRs => redis_rs_store(cluster, prefix, response, call).await,
+        Lib::ClusterConnection => cluster_connection_store(cluster, prefix, response, call).await,
         #[cfg(feature = "fred")]
         Lib::Fred => fred_store(cluster, prefix, response, call).await,
     }
