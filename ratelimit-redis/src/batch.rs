@@ -26,15 +26,18 @@
 //!
 //! # Under overload: the newest first
 //!
-//! When more requests wait than one call carries, the call takes the
-//! newest of them (still in arrival order within the call), not the
-//! oldest. The oldest have the least time left: sent first, they would
+//! While the queue keeps up, calls take the oldest waiting requests first.
+//! When it does not — more requests wait than one call carries, and the
+//! oldest has already waited more than half of the time it was given — a
+//! call takes the newest of them instead (still in arrival order within
+//! the call). The oldest have the least time left: sent first, they would
 //! expire in flight while the fresh ones behind them aged in turn, and the
 //! node would decide almost nothing (first-in-first-out under overload:
 //! with 4,096 callers and a 20 ms timeout, about 1 % of decisions came from
-//! the store). The ones left behind are sent when the queue is short again
-//! or are answered by their caller's timeout (the limiter's degraded
-//! mode). Requests waiting for the same node at once are concurrent: no
+//! the store). The ones left behind are sent when the queue catches up or
+//! are answered by their caller's timeout (the limiter's degraded mode);
+//! requests whose caller has gone leave the queue from its front at every
+//! call. Requests waiting for the same node at once are concurrent: no
 //! order between them is promised, only that each is decided exactly once.
 //!
 //! The queue is drained by a task of its own, so a caller that stops
@@ -57,6 +60,8 @@ use crate::scripts::{Call, Request};
 /// One request waiting for its node's next call.
 struct Item {
     request: Request,
+    /// When it was queued.
+    queued: Instant,
     deadline: Instant,
     reply: oneshot::Sender<Result<Vec<i64>, StoreError>>,
     in_flight: InFlight,
@@ -133,8 +138,8 @@ impl Queue {
     /// this call's place is given up. Requests whose caller has given up or
     /// whose deadline has passed are not sent and take no place in the
     /// call (the latter answered "expired", counting nothing). When more
-    /// than `max` wait, the newest are taken (see the module docs), in
-    /// arrival order. While another call is in flight a partial batch is
+    /// than `max` wait and the queue is [`congested`], the newest are taken
+    /// (see the module docs), in arrival order. While another call is in flight a partial batch is
     /// left to it, so that the second place carries full batches only.
     fn take(&self, max: usize) -> Vec<Item> {
         let now = Instant::now();
@@ -144,8 +149,19 @@ impl Queue {
             s.calls -= 1;
             return Vec::new();
         }
+        // The oldest first: those whose caller has gone (or whose deadline
+        // has passed) leave the queue, so that under overload, when calls
+        // take from the back, the front does not fill with the dead.
+        while let Some(front) = s.items.front() {
+            if !(front.reply.is_closed() || front.deadline <= now) {
+                break;
+            }
+            if let Some(item) = s.items.pop_front() {
+                stale.push(item);
+            }
+        }
         let mut live = Vec::with_capacity(s.items.len().min(max));
-        let newest = s.items.len() > max;
+        let newest = s.items.len() > max && s.items.front().is_some_and(|f| congested(f, now));
         while live.len() < max {
             let item = if newest {
                 s.items.pop_back()
@@ -173,6 +189,13 @@ impl Queue {
         }
         live
     }
+}
+
+/// Whether the queue is congested: its oldest request has waited more than
+/// half of the time it was given.
+fn congested(oldest: &Item, now: Instant) -> bool {
+    now.saturating_duration_since(oldest.queued) * 2
+        > oldest.deadline.saturating_duration_since(oldest.queued)
 }
 
 /// The caller sending alone holds its node; when it is done (or stops
@@ -219,6 +242,7 @@ pub(crate) async fn enqueue(
     let now = engine.domains_base();
     let item = Item {
         request,
+        queued: start,
         deadline,
         reply: tx,
         in_flight: domain.enter(
@@ -461,4 +485,88 @@ fn by_caller(call: &Call, key_counts: Vec<usize>, live: Vec<(Item, i64)>) -> Vec
         }
     }
     groups.into_iter().map(|(_, g)| g).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ratelimit_core::{Charge, CircuitBreaker, Quota, Rate};
+
+    use super::*;
+    use crate::domains::Domains;
+
+    /// A queue holding `callers` in order, each queued `waited` ago with
+    /// `left` still to go.
+    fn queue(callers: &[&str], waited: Duration, left: Duration) -> (Queue, Vec<Receiver>) {
+        let domains = Domains::new(CircuitBreaker::DEFAULT);
+        let domain = domains.get("node");
+        let q = Quota::fixed_window(Rate::per_hour(10)).unwrap();
+        let queue = Queue::default();
+        let now = Instant::now();
+        let mut receivers = Vec::new();
+        for caller in callers {
+            let (tx, rx) = oneshot::channel();
+            receivers.push(rx);
+            queue.push(
+                Item {
+                    request: Request::new("rl", caller.as_bytes(), &[Charge::new(&q, 1)], None),
+                    queued: now - waited,
+                    deadline: now + left,
+                    reply: tx,
+                    in_flight: domain.enter(1),
+                },
+                4,
+                1,
+            );
+        }
+        (queue, receivers)
+    }
+
+    fn callers(items: &[Item]) -> Vec<String> {
+        items
+            .iter()
+            .map(|i| {
+                let k = &i.request.keys[0];
+                k[k.find('{').unwrap() + 1..k.find('}').unwrap()].to_owned()
+            })
+            .collect()
+    }
+
+    type Receiver = oneshot::Receiver<Result<Vec<i64>, StoreError>>;
+
+    const SIX: [&str; 6] = ["q1", "q2", "q3", "q4", "q5", "q6"];
+
+    #[test]
+    fn a_congested_queue_gives_its_newest_in_arrival_order() {
+        // The oldest waited 900 ms of its 1 s.
+        let (queue, _rx) = queue(&SIX, Duration::from_millis(900), Duration::from_millis(100));
+        assert_eq!(callers(&queue.take(4)), ["q3", "q4", "q5", "q6"]);
+        assert_eq!(callers(&queue.take(4)), ["q1", "q2"]);
+    }
+
+    #[test]
+    fn a_queue_that_keeps_up_goes_first_in_first_out() {
+        // Long, but the oldest waited 100 ms of its 10 s.
+        let (queue, _rx) = queue(
+            &SIX,
+            Duration::from_millis(100),
+            Duration::from_millis(9_900),
+        );
+        assert_eq!(callers(&queue.take(4)), ["q1", "q2", "q3", "q4"]);
+        assert_eq!(callers(&queue.take(4)), ["q5", "q6"]);
+    }
+
+    #[test]
+    fn requests_whose_caller_has_gone_leave_from_the_front() {
+        let (queue, mut rx) = queue(&SIX, Duration::from_millis(900), Duration::from_millis(100));
+        // The three oldest callers stop waiting.
+        for r in rx.iter_mut().take(3) {
+            r.close();
+        }
+        // Three live requests wait: fewer than a call carries, so they go
+        // first in, first out, and the gone ones are gone.
+        assert_eq!(callers(&queue.take(4)), ["q4", "q5", "q6"]);
+        assert!(queue.lock().items.is_empty());
+    }
 }

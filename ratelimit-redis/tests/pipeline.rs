@@ -4,8 +4,8 @@
 //!
 //! - a second call goes beside the one in flight only for a full batch; a
 //!   partial batch waits for the call in flight ([`engine::DEFAULT_PIPELINE`]);
-//! - when more requests wait than one call carries, a call takes the newest
-//!   of them, in arrival order.
+//! - while the queue keeps up, a call takes the oldest waiting requests
+//!   first (under congestion the newest: unit tests in `src/batch.rs`).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -189,26 +189,25 @@ async fn with_one_call_in_flight_a_full_batch_waits() {
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn under_overload_a_call_takes_the_newest_in_arrival_order() {
+async fn a_long_queue_that_keeps_up_goes_first_in_first_out() {
     let held = Arc::new(Held::default());
     let transport: Arc<dyn Transport> = held.clone();
     let engine = engine(4, 1);
     let mut callers = Vec::new();
     start(&engine, &transport, "first", &mut callers).await;
     until("the lone call is sent", || held.in_flight() == 1).await;
-    // Six wait behind it, more than one call carries.
+    // Six wait behind it, more than one call carries, with most of their
+    // 30 s still to go: the oldest four go next, then the other two.
     for key in ["q1", "q2", "q3", "q4", "q5", "q6"] {
         start(&engine, &transport, key, &mut callers).await;
     }
     settle().await;
-    // The lone call is answered: the next call takes the newest four, in
-    // arrival order; the two oldest go in the call after it.
     held.gate.add_permits(1);
     until("the next call is sent", || held.sent().len() == 2).await;
-    assert_eq!(callers_of(&held.sent()[1]), ["q3", "q4", "q5", "q6"]);
+    assert_eq!(callers_of(&held.sent()[1]), ["q1", "q2", "q3", "q4"]);
     held.gate.add_permits(1);
     until("the last call is sent", || held.sent().len() == 3).await;
-    assert_eq!(callers_of(&held.sent()[2]), ["q1", "q2"]);
+    assert_eq!(callers_of(&held.sent()[2]), ["q5", "q6"]);
     held.gate.add_permits(1_000);
     for c in callers {
         assert!(c.await.unwrap());
