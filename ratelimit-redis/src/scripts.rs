@@ -51,8 +51,9 @@
 //! |---|---|
 //! | `KEYS` | every request's keys, in order (one caller's keys share a hash tag; a cluster batch holds one slot) |
 //! | `ARGV[1]` | minimum expiry in ms |
-//! | `ARGV[2]` | the number of quota sets; then per set: its id, its number n of quotas, then per quota: the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[2..=5]` (`""` for a window's fourth). Requests over the same quotas share a set, sent and parsed once per call |
-//! | then per request | now (`""`: `TIME`), its deadline in the server's µs (0: none), the id of its quota set |
+//! | `ARGV[2]` | the fields per request: `1` when every request is on the call's one quota set and the server's clock (the common batch: the deadline alone), else `3` |
+//! | `ARGV[3]` | the number of quota sets; then per set: its id, its number n of quotas, then per quota: the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[2..=5]` (`""` for a window's fourth). Requests over the same quotas share a set, sent and parsed once per call |
+//! | then per request | with 3 fields: now (`""`: `TIME`), its deadline in the server's µs (0: none), the id of its quota set; with 1: its deadline |
 //!
 //! Reply: per request 4 integers per quota (each as a single script's
 //! reply, allowed first: 0 or 1), or `-1` alone (expired: nothing written);
@@ -481,13 +482,17 @@ impl Call {
             }));
         }
         let mut args = Vec::with_capacity(
-            2 + sets
+            3 + sets
                 .iter()
                 .map(|s| 2 + 6 * s.quota_args.len())
                 .sum::<usize>()
                 + 3 * requests.len(),
         );
+        // One set and the server's clock (the common batch): each request
+        // sends its deadline alone.
+        let compact = sets.len() == 1 && requests.iter().all(|(r, _)| r.now.is_none());
         args.push(min_expiry(requests.first().and_then(|(r, _)| r.now)));
+        args.push(if compact { "1" } else { "3" }.to_owned());
         args.push(sets.len().to_string());
         let ids: Vec<String> = (1..=sets.len()).map(|i| i.to_string()).collect();
         for (id, s) in ids.iter().zip(&sets) {
@@ -498,6 +503,10 @@ impl Call {
             }
         }
         for ((r, deadline), set) in requests.iter().zip(set_of) {
+            if compact {
+                args.push(batch_deadline(*deadline));
+                continue;
+            }
             match r.now {
                 Some(now) => args.push(now.to_string()),
                 None => args.push(String::new()),
@@ -606,28 +615,35 @@ mod tests {
         let call = Call::batch(&[(&r, -5), (&r2, 9)]);
         assert!(std::ptr::eq(call.script, &*BATCH));
         assert_eq!(call.keys.len(), 3);
-        // Minimum expiry, two quota sets (id, number of quotas, 6 arguments
-        // per quota), then per request: now, deadline, set.
-        assert_eq!(&call.args[..2], ["0", "2"]);
-        assert_eq!(&call.args[2..4], ["1", "1"]);
+        // Minimum expiry, 3 fields per request, two quota sets (id, number
+        // of quotas, 6 arguments per quota), then per request: now,
+        // deadline, set.
+        assert_eq!(&call.args[..3], ["0", "3", "2"]);
+        assert_eq!(&call.args[3..5], ["1", "1"]);
         let mut tb = Vec::new();
         r.quota_args[0].push_batch(&mut tb);
-        assert_eq!(call.args[4..10], tb[..]);
+        assert_eq!(call.args[5..11], tb[..]);
         assert_eq!(tb[..2], ["4", "0"]);
-        assert_eq!(&call.args[10..12], ["2", "2"]);
+        assert_eq!(&call.args[11..13], ["2", "2"]);
         let mut both = Vec::new();
         r2.quota_args.iter().for_each(|q| q.push_batch(&mut both));
-        assert_eq!(call.args[12..24], both[..]);
+        assert_eq!(call.args[13..25], both[..]);
         assert_eq!(
             (&both[..2], &both[5]),
             (&["1".to_owned(), "0".to_owned()][..], &String::new())
         );
-        assert_eq!(&call.args[24..], ["", "4", "1", "7", "9", "2"]);
-        // Requests over the same quotas share one set.
+        assert_eq!(&call.args[25..], ["", "4", "1", "7", "9", "2"]);
+        // Requests over the same quotas share one set; on one set and the
+        // server's clock each sends its deadline alone.
         let r3 = Request::new("rl", b"other", &[Charge::new(&q, 2)], None);
-        let call = Call::batch(&[(&r, 0), (&r3, 0), (&r, 0)]);
-        assert_eq!(&call.args[..4], ["0", "1", "1", "1"]);
-        assert_eq!(call.args.len(), 2 + 2 + 6 + 3 * 3);
-        assert_eq!(&call.args[10..], ["", "0", "1", "", "0", "1", "", "0", "1"]);
+        let call = Call::batch(&[(&r, 0), (&r3, 5), (&r, -8)]);
+        assert_eq!(&call.args[..5], ["0", "1", "1", "1", "1"]);
+        assert_eq!(call.args.len(), 3 + 2 + 6 + 3);
+        assert_eq!(&call.args[11..], ["0", "5", "7"]);
+        // On an injected clock, three fields again.
+        let r4 = Request::new("rl", b"other", &[Charge::new(&q, 2)], Some(3));
+        let call = Call::batch(&[(&r4, 0), (&r4, 4)]);
+        assert_eq!(&call.args[..2], ["600000", "3"]);
+        assert_eq!(&call.args[11..], ["3", "0", "1", "3", "4", "1"]);
     }
 }

@@ -113,3 +113,39 @@ async fn batching_can_be_turned_off() {
     }
     assert_eq!(script_calls(&server) - before, 500);
 }
+
+/// On the server's clock with one quota, batches take their compact form
+/// (each request sends its deadline alone): still exact. A token bucket of
+/// 1,000 refilling one an hour admits exactly 1,000 of 4,000 attempts on
+/// one key from 200 callers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_on_the_server_clock_stay_exact() {
+    let server = RedisServer::start_local();
+    let store = Arc::new(
+        RedisStore::builder(server.url())
+            .prefix(server.prefix())
+            .timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .expect("connect"),
+    );
+    let q = Arc::new(Quota::token_bucket(Rate::per_hour(1), 1_000).unwrap());
+    let before = script_calls(&server);
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..200u32 {
+        let (store, q, admitted) = (store.clone(), q.clone(), admitted.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20u32 {
+                let d = store.decide_one(b"hot", &q, 1).await.expect("decided");
+                admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let calls = script_calls(&server) - before;
+    assert!(calls * 2 < 4_000, "{calls} script calls: no batching");
+    assert_eq!(admitted.load(Ordering::Relaxed), 1_000);
+}

@@ -6,13 +6,16 @@
 -- KEYS     every request's keys, in order (each request's keys share the
 --          caller's hash tag; a cluster batch holds one slot)
 -- ARGV[1]  minimum expiry in ms (0 with the server clock)
--- ARGV[2]  the number of quota sets, then each set: its id, its number n
+-- ARGV[2]  the fields per request: 1 (every request on the call's one
+--          quota set and the server's clock: the deadline alone) or 3
+-- ARGV[3]  the number of quota sets, then each set: its id, its number n
 --          of quotas, then per quota: kind (1 fixed window, 2 sliding
 --          window, 3 sliding log, 4 token bucket), shadow (0/1), x, y, z, u
 --          (u is "" for a window). Requests over the same quotas share one
 --          set: its arguments are sent and parsed once per call.
--- then per request: now in µs ("" for the server's TIME), the deadline in
---   the server's µs (0: none), the id of its quota set
+-- then per request, with 3 fields: now in µs ("" for the server's TIME),
+--   the deadline in the server's µs (0: none), the id of its quota set;
+--   with 1: the deadline
 -- Returns per request 4 integers per quota {allowed (0/1), remaining,
 -- reset_after_us, retry_after_us or -1}, that quota's own decision; or -1
 -- alone when the request's deadline had passed before it would write
@@ -31,10 +34,11 @@ local fmod, fmt, find, sub, call = math.fmod, string.format, string.find, string
 local out, o = {}, 0
 local nargv = #ARGV
 -- The quota sets, by id: {n, then per quota kind, shadow, x, y, z, u}.
-local sets, a = {}, 3
-for _ = 1, tonumber(ARGV[2]) do
+local compact = ARGV[2] == '1'
+local sets, a, q = {}, 4, nil
+for _ = 1, tonumber(ARGV[3]) do
   local n = tonumber(ARGV[a + 1])
-  local q = {n}
+  q = {n}
   for i = 1, n do
     local b, j = a + 2 + 6 * (i - 1), 6 * (i - 1) + 1
     q[j + 1], q[j + 2] = ARGV[b], ARGV[b + 1]
@@ -50,9 +54,16 @@ end
 local r1, r2, r3, r4, wvs, mss, adj, xs, kinds = {}, {}, {}, {}, {}, {}, {}, {}, {}
 local ki = 0
 while a <= nargv do
-  local now, rdl, q = ARGV[a], ARGV[a + 1], sets[ARGV[a + 2]]
-  a = a + 3
-  if now == '' then now = st else now = tonumber(now) end
+  local now, rdl
+  if compact then
+    -- The call's one set (the last parsed), the server's clock.
+    now, rdl = st, ARGV[a]
+    a = a + 1
+  else
+    now, rdl, q = ARGV[a], ARGV[a + 1], sets[ARGV[a + 2]]
+    a = a + 3
+    if now == '' then now = st else now = tonumber(now) end
+  end
   local cnt = q[1]
   local admitted = true
   for i = 1, cnt do
