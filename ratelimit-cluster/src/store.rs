@@ -240,18 +240,34 @@ impl Transport for Router {
             if attempt >= MAX_ATTEMPTS || retries > MAX_RETRIES || Instant::now() + wait >= deadline
             {
                 tracing::debug!(attempt, retries, error = %failure.error, "cluster store gives up");
-                return Err(StoreError::backend(
-                    format!(
-                        "redis cluster: no decision after {attempt} attempts ({retries} retries) before the deadline"
-                    ),
-                    true,
-                    failure.error,
-                ));
+                return Err(gave_up(attempt, retries, failure.error));
             }
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
             }
         }
+    }
+}
+
+/// The error of a call that gave up after `attempt` attempts: the last
+/// error's message after what was tried, and the last error's source, so
+/// that the node is judged by what it last did
+/// ([`ratelimit_redis::error::reached_server`]): a refusal such as
+/// `CLUSTERDOWN` is a reply from a live node, an unreachable node is
+/// evidence against it.
+fn gave_up(attempt: u32, retries: u32, last: StoreError) -> StoreError {
+    let what = format!(
+        "redis cluster: no decision after {attempt} attempts ({retries} retries) before the deadline"
+    );
+    match last {
+        StoreError::Backend {
+            message, source, ..
+        } => StoreError::Backend {
+            message: format!("{what}: {message}"),
+            transient: true,
+            source,
+        },
+        other => StoreError::backend(what, true, other),
     }
 }
 
@@ -279,5 +295,35 @@ impl ClusterStore {
             bump(&self.router.counters.errors);
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gave_up;
+    use ratelimit_redis::error;
+
+    #[test]
+    fn a_call_that_gave_up_is_judged_by_its_last_error() {
+        // Refused by a live node: not held against it.
+        let down = error::from_redis(redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
+            "The cluster is down",
+        )));
+        assert!(error::reached_server(&down), "{down}");
+        let e = gave_up(3, 3, down);
+        assert!(error::reached_server(&e), "{e}");
+        assert!(e.is_transient());
+        assert!(
+            e.to_string()
+                .starts_with("redis cluster: no decision after 3 attempts")
+        );
+        // Refused connections: evidence against the node.
+        let refused = error::from_redis(redis::RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        let e = gave_up(3, 3, refused);
+        assert!(!error::reached_server(&e), "{e}");
+        assert!(!error::is_timeout(&e), "{e}");
     }
 }
