@@ -18,7 +18,6 @@ use crate::quota::Quota;
 use crate::store::{Answer, Deadline, Decisions, Request, first};
 
 use super::check::{Check, INLINE_KEY, KeyBuf, key_in};
-use super::stats::bump;
 use super::telemetry;
 use super::timer::{Guard, Guarded};
 use super::{FailurePolicy, Limiter};
@@ -71,6 +70,15 @@ enum Asked<'a> {
     Failed(Failure),
     /// The store must be awaited.
     Pending(Answer<'a>, Option<Permit<'a>>),
+}
+
+/// What a check decided in place asked the store (for the out-of-line
+/// paths that finish it).
+struct InPlace<'k> {
+    key: &'k [u8],
+    cost: u64,
+    shadow: bool,
+    now: Micros,
 }
 
 /// What a check decided in place could not finish.
@@ -139,8 +147,8 @@ impl Limiter {
         }));
         started.record(&inner.labels);
         let (Ok(()), Some(answer)) = (caught, &mut slot) else {
-            drop(entered);
             let failure = self.failed(Failure::Panicked, permit);
+            drop(entered);
             return self.in_place_failed(index, quota, caller, key, cost, failure, span);
         };
         if let Some(d) = answer.decided_mut() {
@@ -154,7 +162,13 @@ impl Limiter {
         let Some(answer) = slot else {
             unreachable!("the answer was written")
         };
-        self.in_place_answered(index, quota, caller, key, cost, answer, permit, span)
+        let asked = InPlace {
+            key,
+            cost,
+            shadow,
+            now,
+        };
+        self.in_place_answered(index, quota, caller, asked, answer, permit, span)
     }
 
     /// What [`Limiter::check_one`] could not decide in place, as a future
@@ -196,17 +210,20 @@ impl Limiter {
         index: usize,
         quota: &'a Quota,
         caller: &[u8],
-        key: &[u8],
-        cost: u64,
+        asked: InPlace<'_>,
         answer: Answer<'_>,
         permit: Option<Permit<'_>>,
         span: Option<tracing::Span>,
     ) -> Check<'a> {
+        let InPlace {
+            key,
+            cost,
+            shadow,
+            now,
+        } = asked;
+        let entered = span.as_ref().map(tracing::Span::enter);
         let failure = match answer.into_single() {
             Ok(Ok(mut d)) => {
-                let _entered = span.as_ref().map(tracing::Span::enter);
-                let shadow = self.inner.shadow.get(index).copied().unwrap_or(false);
-                let now = self.now_if_needed();
                 self.answered(permit);
                 self.accept(index, quota, key, cost, shadow, now, &mut d);
                 self.count_in(&d, quota, span.as_ref());
@@ -219,10 +236,12 @@ impl Limiter {
                 // never polled (dropping the permit frees a probe's slot).
                 drop((pending, permit));
                 self.inner.in_process.store(false, Ordering::Relaxed);
+                drop(entered);
                 return self.one_later(index, quota, caller, cost, Left::Pending);
             }
         };
         let failure = self.failed(failure, permit);
+        drop(entered);
         self.in_place_failed(index, quota, caller, key, cost, failure, span)
     }
 
@@ -404,7 +423,7 @@ impl Limiter {
         match &inner.breaker {
             Some(b) => match b.permit(now) {
                 Permit::Open => {
-                    bump(&inner.counters.local().short_circuits);
+                    inner.counters.bump(|c| &c.short_circuits);
                     telemetry::short_circuit(&inner.labels);
                     Err(Failure::Open)
                 }
@@ -470,15 +489,17 @@ impl Limiter {
     fn failed(&self, failure: Failure, permit: Option<Permit<'_>>) -> Failure {
         let inner = &*self.inner;
         let probe = matches!(permit, Some(Permit::Probe(_)));
-        let (counter, kind) = match &failure {
-            Failure::Error(_) => (&inner.counters.local().errors, "error"),
-            Failure::Panicked => (&inner.counters.local().errors, "panic"),
-            Failure::Timeout { late: false } => (&inner.counters.local().timeouts, "timeout"),
-            Failure::Timeout { late: true } => (&inner.counters.local().timeouts, "late"),
+        let (timeout, kind) = match &failure {
+            Failure::Error(_) => (false, "error"),
+            Failure::Panicked => (false, "panic"),
+            Failure::Timeout { late: false } => (true, "timeout"),
+            Failure::Timeout { late: true } => (true, "late"),
             // A short circuit: counted by `permit`, the store was not asked.
             Failure::Open => return failure,
         };
-        bump(counter);
+        inner
+            .counters
+            .bump(|c| if timeout { &c.timeouts } else { &c.errors });
         telemetry::store_failure(&inner.labels, kind);
         // Evidence against the store: not a timeout this process caused by
         // being late, nor an error that says the request itself was bad.
@@ -716,7 +737,7 @@ impl Limiter {
     /// second per limiter.
     fn shadow_denied(&self, quota: &Quota) {
         let inner = &*self.inner;
-        bump(&inner.counters.local().shadow_denials);
+        inner.counters.bump(|c| &c.shadow_denials);
         telemetry::shadow_denial(&inner.labels, quota);
         let now = inner.clock.now();
         let last = inner.last_shadow_log.load(Ordering::Relaxed);
@@ -741,7 +762,7 @@ impl Limiter {
     }
 
     /// Counts a decision under one quota in the stats, metrics and `span`.
-    #[inline]
+    #[inline(always)]
     fn count_in(&self, d: &Decision, quota: &Quota, span: Option<&tracing::Span>) {
         self.bump_stats(d);
         telemetry::decision(&self.inner.labels, quota, d, span);
@@ -769,11 +790,11 @@ impl Limiter {
     /// Counts a decision in the limiter's stats.
     #[inline]
     fn bump_stats(&self, d: &Decision) {
-        let c = self.inner.counters.local();
+        let counters = &self.inner.counters;
         if d.source == Source::Store {
-            return bump(if d.allowed { &c.allowed } else { &c.denied });
+            return counters.bump(|c| if d.allowed { &c.allowed } else { &c.denied });
         }
-        bump(match d.source {
+        counters.bump(|c| match d.source {
             Source::Store | Source::Shadow if d.allowed => &c.allowed,
             Source::Store | Source::Shadow => &c.denied,
             Source::FailOpen => &c.fail_open,

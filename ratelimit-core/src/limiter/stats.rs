@@ -1,6 +1,7 @@
 //! How a limiter's decisions were reached: counters striped per thread.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Counters of how a limiter's decisions were reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -28,10 +29,15 @@ pub struct LimiterStats {
     pub short_circuits: u64,
 }
 
-/// How many stripes the counters are split into: each thread bumps one
-/// stripe (chosen once per thread), so threads deciding at once do not
-/// contend on one cache line; the stats add the stripes up.
-const STRIPES: usize = 8;
+/// Stripes a thread may own: a thread that owns one is its only writer,
+/// so it counts with a plain load and store (no locked read-modify-write
+/// on the decision path). A thread claims one on its first decision and
+/// gives it back when it ends.
+const OWNED: usize = 16;
+
+/// Stripes shared (with atomic adds) by the threads that found every owned
+/// stripe taken.
+const SHARED: usize = 4;
 
 /// One stripe of the counters, on a cache-line pair of its own.
 #[derive(Debug, Default)]
@@ -53,50 +59,116 @@ pub(crate) struct Stripe {
 /// their own (away from the limiter's read-mostly fields).
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    stripes: Box<[Stripe; STRIPES]>,
+    owned: Box<[Stripe; OWNED]>,
+    shared: Box<[Stripe; SHARED]>,
 }
 
 impl Counters {
-    /// The calling thread's stripe.
+    /// Adds one to the counter `pick` chooses, in the calling thread's
+    /// stripe.
     #[inline]
-    pub(crate) fn local(&self) -> &Stripe {
-        &self.stripes[stripe_index()]
+    pub(crate) fn bump(&self, pick: impl FnOnce(&Stripe) -> &AtomicU64) {
+        match claim() {
+            Claim::Owned(i) => {
+                // The only writer of this stripe: no read-modify-write.
+                let c = pick(&self.owned[i % OWNED]);
+                c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+            }
+            Claim::Shared(i) => {
+                pick(&self.shared[i % SHARED]).fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// One counter summed over the stripes.
     pub(crate) fn sum(&self, counter: impl Fn(&Stripe) -> &AtomicU64) -> u64 {
-        self.stripes
+        self.owned
             .iter()
+            .chain(self.shared.iter())
             .map(|s| counter(s).load(Ordering::Relaxed))
             .fold(0, u64::wrapping_add)
     }
 }
 
-/// The calling thread's counter stripe: threads take stripes in turn, on
-/// their first decision.
-#[inline]
-fn stripe_index() -> usize {
-    use std::cell::Cell;
-    use std::sync::atomic::AtomicUsize;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    INDEX
-        .try_with(|i| {
-            let mut v = i.get();
-            if v >= STRIPES {
-                v = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
-                i.set(v);
-            }
-            v
-        })
-        // A thread being torn down shares the first stripe.
-        .unwrap_or(0)
+/// Which stripe the calling thread writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// A stripe the thread owns (the same index in every limiter).
+    Owned(usize),
+    /// A shared stripe.
+    Shared(usize),
 }
 
-pub(crate) fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
+/// Whether each owned stripe index has an owner (a live thread).
+static OWNERS: [AtomicBool; OWNED] = [const { AtomicBool::new(false) }; OWNED];
+
+thread_local! {
+    /// The thread's stripe: `usize::MAX` until its first decision; then an
+    /// owned index (below [`OWNED`]) or [`OWNED`] plus a shared index. No
+    /// destructor, so reading it costs no more than a load.
+    static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+    /// Gives an owned stripe back when the thread ends (touched once, when
+    /// the stripe is claimed).
+    static RELEASE: Release = const { Release(Cell::new(usize::MAX)) };
+}
+
+/// The owned stripe a thread gives back when it ends.
+struct Release(Cell<usize>);
+
+impl Drop for Release {
+    /// The thread ends: it counts in a shared stripe from now on (other
+    /// destructors may still decide), and its owned stripe goes back for
+    /// another thread (which, acquiring it, sees every count this one made).
+    fn drop(&mut self) {
+        if let Some(owner) = OWNERS.get(self.0.get()) {
+            let _ = STRIPE.try_with(|s| s.set(OWNED));
+            owner.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// The calling thread's stripe, claimed on its first decision.
+#[inline(always)]
+fn claim() -> Claim {
+    let v = STRIPE.with(Cell::get);
+    let v = if v == usize::MAX { claim_first() } else { v };
+    if v < OWNED {
+        Claim::Owned(v)
+    } else {
+        Claim::Shared(v - OWNED)
+    }
+}
+
+/// A free owned stripe, else a shared one (in turn); remembered for the
+/// thread.
+#[cold]
+#[inline(never)]
+fn claim_first() -> usize {
+    let owned = OWNERS.iter().position(|owner| {
+        owner
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    });
+    let v = match owned {
+        // Given back when the thread ends; a thread already being torn
+        // down (whose destructors have run) gives it back at once and
+        // shares.
+        Some(i) => match RELEASE.try_with(|r| r.0.set(i)) {
+            Ok(()) => i,
+            Err(_) => {
+                if let Some(owner) = OWNERS.get(i) {
+                    owner.store(false, Ordering::Release);
+                }
+                OWNED
+            }
+        },
+        None => {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            OWNED + NEXT.fetch_add(1, Ordering::Relaxed) % SHARED
+        }
+    };
+    STRIPE.with(|s| s.set(v));
+    v
 }
 
 impl Counters {
@@ -114,5 +186,34 @@ impl Counters {
             timeouts: self.sum(|s| &s.timeouts),
             short_circuits: self.sum(|s| &s.short_circuits),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// More threads than owned stripes, in waves (threads end and give
+    /// their stripes to the next), all counting at once: not one count is
+    /// lost, on owned stripes and shared ones alike.
+    #[test]
+    fn concurrent_counts_are_exact_across_owned_and_shared_stripes() {
+        let counters = Counters::default();
+        let (threads, per_thread, waves) = (3 * OWNED, 2_000u64, 3);
+        for _ in 0..waves {
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    s.spawn(|| {
+                        for i in 0..per_thread {
+                            counters.bump(|c| if i % 2 == 0 { &c.allowed } else { &c.denied });
+                        }
+                    });
+                }
+            });
+        }
+        let stats = counters.snapshot();
+        let total = threads as u64 * per_thread * waves;
+        assert_eq!(stats.allowed, total / 2);
+        assert_eq!(stats.denied, total / 2);
     }
 }
