@@ -50,11 +50,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use ratelimit_core::StoreError;
+use ratelimit_core::store::Decisions;
 use tokio::sync::oneshot;
 
 use crate::decode;
 use crate::domains::{Domain, InFlight};
-use crate::engine::{Engine, Straddles, Transport, follow};
+use crate::engine::{Engine, Straddles, Transport, decisions, follow};
 use crate::scripts::{Call, Request};
 
 /// One request waiting for its node's next call.
@@ -63,7 +64,7 @@ struct Item {
     /// When it was queued.
     queued: Instant,
     deadline: Instant,
-    reply: oneshot::Sender<Result<Vec<i64>, StoreError>>,
+    reply: oneshot::Sender<Result<Decisions, StoreError>>,
     in_flight: InFlight,
 }
 
@@ -228,15 +229,15 @@ impl Drop for Lead {
     }
 }
 
-/// Queues `request` for its node's next call and waits for its decision
-/// integers (4 per quota) until `deadline`.
+/// Queues `request` for its node's next call and waits for its decisions
+/// until `deadline`.
 pub(crate) async fn enqueue(
     engine: &Engine,
     transport: &Arc<dyn Transport>,
     domain: &Arc<Domain>,
     request: Request,
     deadline: Instant,
-) -> Result<Vec<i64>, StoreError> {
+) -> Result<Decisions, StoreError> {
     let start = Instant::now();
     let (tx, rx) = oneshot::channel();
     let now = engine.domains_base();
@@ -391,8 +392,8 @@ async fn send_once(
     // How many keys each request gave the call, to give them back if the
     // call must be split (`Straddles`).
     let mut key_counts = Vec::new();
-    let call = if let [(item, d)] = &live[..] {
-        Call::alone(&item.request, *d)
+    let call = if let [(item, d)] = &mut live[..] {
+        Call::alone_taking_keys(&mut item.request, *d)
     } else {
         key_counts.extend(live.iter().map(|(i, _)| i.request.keys.len()));
         let mut requests: Vec<(&mut Request, i64)> =
@@ -436,7 +437,9 @@ async fn send_once(
         }
     };
     if let [(request, _)] = &answered[..] {
-        let result = engine.decode_alone(request, raw, received);
+        let result = engine
+            .decode_alone(request, raw, received)
+            .and_then(|raw| decisions(&raw, &request.limits));
         if let Some((_, reply)) = answered.pop() {
             let _ = reply.send(result);
         }
@@ -450,9 +453,9 @@ async fn send_once(
                     .clocks()
                     .observe(engine.clock_index(r.slot()), server_now, received);
             }
-            for ((_, reply), outcome) in answered.into_iter().zip(outcomes) {
+            for ((request, reply), outcome) in answered.into_iter().zip(outcomes) {
                 let _ = reply.send(match outcome {
-                    decode::Outcome::Decided(d) => Ok(d.to_vec()),
+                    decode::Outcome::Decided(d) => decisions(d, &request.limits),
                     decode::Outcome::Expired => Err(StoreError::Expired),
                 });
             }
@@ -533,7 +536,7 @@ mod tests {
             .collect()
     }
 
-    type Receiver = oneshot::Receiver<Result<Vec<i64>, StoreError>>;
+    type Receiver = oneshot::Receiver<Result<Decisions, StoreError>>;
 
     const SIX: [&str; 6] = ["q1", "q2", "q3", "q4", "q5", "q6"];
 

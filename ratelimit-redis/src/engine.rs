@@ -341,32 +341,19 @@ impl Engine {
                 true,
             ));
         }
-        // What decoding needs, kept before the request may move to a batch.
-        let limits = match req.limits[..] {
-            [_] => Vec::new(),
-            _ => req.limits.clone(),
-        };
-        let limit = req.limits.first().copied().unwrap_or(0);
-        let raw = if permit.is_probe() || self.max_batch == 1 || domain.queue().try_lead() {
+        if permit.is_probe() || self.max_batch == 1 || domain.queue().try_lead() {
             // Alone: a probe, or the node has nothing in flight.
             let lead = !permit.is_probe() && self.max_batch > 1;
             let _guard = lead
                 .then(|| crate::batch::Lead::new(self.clone(), transport.clone(), domain.clone()));
             let in_flight = domain.enter(now);
-            self.send_alone(transport, &domain, &req, deadline, permit, in_flight)
-                .await
+            let raw = self
+                .send_alone(transport, &domain, &mut req, deadline, permit, in_flight)
+                .await?;
+            decisions(&raw, &req.limits)
         } else {
             drop(permit);
             crate::batch::enqueue(self, transport, &domain, req, deadline).await
-        };
-        let raw = raw?;
-        if limits.is_empty() {
-            decode::decision(&raw, limit).map(Decisions::one)
-        } else {
-            raw.chunks_exact(4)
-                .zip(&limits)
-                .map(|(r, &limit)| decode::decision(r, limit))
-                .collect()
         }
     }
 
@@ -384,7 +371,7 @@ impl Engine {
         &self,
         transport: &Arc<dyn Transport>,
         domain: &Arc<Domain>,
-        req: &scripts::Request,
+        req: &mut scripts::Request,
         deadline: Instant,
         permit: Permit<'_>,
         in_flight: crate::domains::InFlight,
@@ -396,7 +383,7 @@ impl Engine {
             // Past already: nothing was sent.
             return Err(StoreError::Expired);
         };
-        let call = Arc::new(Call::alone(req, server_deadline));
+        let call = Arc::new(Call::alone_taking_keys(req, server_deadline));
         let sent_at = shared.domains.micros(start);
         let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
         let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
@@ -561,6 +548,27 @@ impl Engine {
                 Err(StoreError::Timeout(waited))
             }
         }
+    }
+}
+
+/// The decisions of one request from its reply's integers (4 per quota, in
+/// order) and its quotas' limits.
+pub(crate) fn decisions(raw: &[i64], limits: &[u64]) -> Result<Decisions, StoreError> {
+    match limits {
+        [limit] => decode::decision(raw, *limit).map(Decisions::one),
+        _ if raw.len() != 4 * limits.len() => Err(StoreError::message(
+            format!(
+                "unexpected rate-limit script reply: {} integers for {} quotas",
+                raw.len(),
+                limits.len()
+            ),
+            false,
+        )),
+        _ => raw
+            .chunks_exact(4)
+            .zip(limits)
+            .map(|(r, &limit)| decode::decision(r, limit))
+            .collect(),
     }
 }
 

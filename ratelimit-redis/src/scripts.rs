@@ -84,6 +84,8 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use ratelimit_core::model::Charge;
 use ratelimit_core::{Algorithm, Micros, Quota};
 
@@ -326,13 +328,13 @@ pub struct Request {
     /// script for one quota, [`BATCH`] (a batch of one) for several.
     script: &'static Script,
     /// One key per quota, in order; one caller, so one hash slot.
-    pub keys: Vec<String>,
+    pub keys: SmallVec<[String; 1]>,
     /// The hash slot of the keys.
     slot: u16,
     /// Per quota: its script arguments.
-    quota_args: Vec<QuotaArgs>,
+    quota_args: SmallVec<[QuotaArgs; 1]>,
     /// Each quota's limit, for decoding.
-    pub limits: Vec<u64>,
+    pub limits: SmallVec<[u64; 1]>,
     /// "Now" with an injected clock; `None`: the server's `TIME`.
     pub now: Option<Micros>,
 }
@@ -344,7 +346,7 @@ impl Request {
             [c] => for_quota(c.quota),
             _ => &BATCH,
         };
-        let keys: Vec<String> = charges
+        let keys: SmallVec<[String; 1]> = charges
             .iter()
             .map(|c| crate::keys::key(prefix, caller, c.quota))
             .collect();
@@ -428,6 +430,17 @@ impl Call {
     /// [`crate::deadline::ServerClock::server_deadline`] gives it): the
     /// single-quota script, or a batch of one for several quotas.
     pub fn alone(request: &Request, server_deadline: i64) -> Self {
+        Self::alone_with_keys(request, server_deadline, request.keys.to_vec())
+    }
+
+    /// As [`Call::alone`], moving the keys out of the request rather than
+    /// copying them (the request is then only decoded).
+    pub fn alone_taking_keys(request: &mut Request, server_deadline: i64) -> Self {
+        let keys = std::mem::take(&mut request.keys).into_vec();
+        Self::alone_with_keys(request, server_deadline, keys)
+    }
+
+    fn alone_with_keys(request: &Request, server_deadline: i64, keys: Vec<String>) -> Self {
         if request.is_single() {
             let mut args = Vec::with_capacity(7);
             args.push(server_deadline.to_string());
@@ -437,12 +450,12 @@ impl Call {
             push_now(&mut args, request.now);
             Self {
                 script: request.script,
-                keys: request.keys.clone(),
+                keys,
                 args,
                 requests: 1,
             }
         } else {
-            Self::batch(&[(request, server_deadline)])
+            Self::batch_with_keys(&[(request, server_deadline)], keys)
         }
     }
 
