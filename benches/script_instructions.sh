@@ -60,7 +60,7 @@ measure() { # <label> <command...>: instructions per call
     f=$(ls -t "$DIR"/cg.out.* | head -1)
     local total
     total=$(grep -E '^(summary|totals):' "$f" | head -1 | awk '{print $2}')
-    printf '| %s | %d |\n' "$label" $((total / N))
+    printf '| %s | %d |\n' "$label" $((total / N / ${PER:-1}))
 }
 
 ADMIT_OURS=("$DL" 1000000 1 999999999000000 1000000)
@@ -128,3 +128,14 @@ measure "single sliding window script" EVALSHA "$SHA_SW" 1 "m:{c}:sw" "$DL" "${W
 measure "batch script, the token bucket alone" EVALSHA "$SHA_MULTI" 1 "m:{c}:tb2" 0 1 1 1 1 4 0 "${TB_ARGS[@]}" "$DL"
 measure "batch script, 3 quotas (a 3-quota call)" EVALSHA "$SHA_MULTI" 3 "m:{c}:fw" "m:{c}:sw" "m:{c}:tb2" 0 1 1 1 3 \
     1 0 "${WIN_ARGS[@]}" "" 2 0 "${WIN_ARGS[@]}" "" 4 0 "${TB_ARGS[@]}" "$DL"
+# Batches as the store sends them on the server's clock (compact layout):
+# B requests of B callers, each admitted; instructions per decision.
+for B in 16 128; do
+    BATCH_KEYS=() BATCH_DLS=()
+    for i in $(seq "$B"); do
+        BATCH_KEYS+=("rl:{caller-$B-$i}:tb2")
+        BATCH_DLS+=("$DL")
+    done
+    PER=$B measure "batch script, $B requests of one quota each, per decision" EVALSHA "$SHA_MULTI" "$B" \
+        "${BATCH_KEYS[@]}" 0 1 1 1 1 4 0 "${TB_ARGS[@]}" "${BATCH_DLS[@]}"
+done
