@@ -7,6 +7,8 @@
 //! a multi-threaded service would use it.)
 //!
 //! `cargo bench -p ratelimit-benches --bench local`; see `BENCHMARKS.md`.
+//! With `LOCAL_INTERLEAVED=1` the local-store scenarios run interleaved
+//! instead (every contender in turn, in short slices: see [`interleaved`]).
 #![allow(missing_docs)]
 
 use std::hint::black_box;
@@ -17,7 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
-use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group};
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
 use ratelimit_benches::{Cursor, caller_ids, decide_in_place, run_split};
 use ratelimit_core::model::{self, State};
@@ -226,6 +228,72 @@ fn local_store(c: &mut Criterion) {
     }
 }
 
+/// The contenders of one scenario, by the names the benches use.
+const CONTENDERS: [&str; 5] = [
+    "ours_store",
+    "ours_sync",
+    "ours_limiter",
+    "governor",
+    "throttlecrab",
+];
+
+/// `iters` decisions by contender `which`, split over `threads` threads;
+/// returns the wall time and how many were admitted.
+fn run_contender(
+    which: &str,
+    c: &Contenders,
+    q: &SameQuota,
+    keys: &[String],
+    threads: usize,
+    rts: &[Runtime],
+    iters: u64,
+) -> (Duration, u64) {
+    let admitted = AtomicU64::new(0);
+    let count = |ok: u64| {
+        admitted.fetch_add(ok, Ordering::Relaxed);
+    };
+    let elapsed = run_split(threads, iters, |t, n| {
+        let mut cur = Cursor::new(keys.len(), t, threads);
+        let mut ok = 0u64;
+        match which {
+            "ours_store" => {
+                for _ in 0..n {
+                    let k = keys[cur.next_index()].as_bytes();
+                    let d = decide_in_place(&*c.dyn_store, k, &q.ours, 1).expect("valid cost");
+                    ok += u64::from(d.allowed);
+                }
+            }
+            "ours_sync" => {
+                for _ in 0..n {
+                    let k = keys[cur.next_index()].as_bytes();
+                    let d = c.store.decide_now(k, &q.ours, 1).expect("valid cost");
+                    ok += u64::from(d.allowed);
+                }
+            }
+            "ours_limiter" => rts[t].block_on(async {
+                for _ in 0..n {
+                    let d = c.limiter.check(&keys[cur.next_index()]).await;
+                    ok += u64::from(d.allowed);
+                }
+            }),
+            "governor" => {
+                for _ in 0..n {
+                    ok += u64::from(c.governor.check_key(&keys[cur.next_index()]).is_ok());
+                }
+            }
+            "throttlecrab" => {
+                for _ in 0..n {
+                    let k = &keys[cur.next_index()];
+                    ok += u64::from(throttlecrab_check(&c.throttlecrab, k, q.throttlecrab));
+                }
+            }
+            other => panic!("unknown contender {other}"),
+        }
+        count(ok);
+    });
+    (elapsed, admitted.load(Ordering::Relaxed))
+}
+
 fn bench_contenders(
     group: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>,
     c: &Contenders,
@@ -234,99 +302,107 @@ fn bench_contenders(
     threads: usize,
     rts: &[Runtime],
 ) {
-    let admitted = AtomicU64::new(0);
-    let total = AtomicU64::new(0);
-    let count = |ok: u64, n: u64| {
-        admitted.fetch_add(ok, Ordering::Relaxed);
-        total.fetch_add(n, Ordering::Relaxed);
-    };
-    let reset = || {
-        admitted.store(0, Ordering::Relaxed);
-        total.store(0, Ordering::Relaxed);
-    };
-
-    group.bench_function("ours_store", |b| {
-        b.iter_custom(|iters| {
-            run_split(threads, iters, |t, n| {
-                let mut cur = Cursor::new(keys.len(), t, threads);
-                let mut ok = 0u64;
-                for _ in 0..n {
-                    let k = keys[cur.next_index()].as_bytes();
-                    let d = decide_in_place(&*c.dyn_store, k, &q.ours, 1).expect("valid cost");
-                    ok += u64::from(d.allowed);
-                }
-                count(ok, n);
+    for which in CONTENDERS {
+        let admitted = AtomicU64::new(0);
+        let total = AtomicU64::new(0);
+        group.bench_function(which, |b| {
+            b.iter_custom(|iters| {
+                let (elapsed, ok) = run_contender(which, c, q, keys, threads, rts, iters);
+                admitted.fetch_add(ok, Ordering::Relaxed);
+                total.fetch_add(iters, Ordering::Relaxed);
+                elapsed
             })
-        })
-    });
-    report_admitted("ours_store", &admitted, &total);
-    reset();
+        });
+        report_admitted(which, &admitted, &total);
+    }
+}
 
-    group.bench_function("ours_sync", |b| {
-        b.iter_custom(|iters| {
-            run_split(threads, iters, |t, n| {
-                let mut cur = Cursor::new(keys.len(), t, threads);
-                let mut ok = 0u64;
-                for _ in 0..n {
-                    let k = keys[cur.next_index()].as_bytes();
-                    let d = c.store.decide_now(k, &q.ours, 1).expect("valid cost");
-                    ok += u64::from(d.allowed);
-                }
-                count(ok, n);
-            })
-        })
-    });
-    report_admitted("ours_sync", &admitted, &total);
-    reset();
+// ---------------------------------------------------------------------------
+// Interleaved: every contender in turn, in short slices, many rounds
+// ---------------------------------------------------------------------------
 
-    group.bench_function("ours_limiter", |b| {
-        b.iter_custom(|iters| {
-            run_split(threads, iters, |t, n| {
-                rts[t].block_on(async {
-                    let mut cur = Cursor::new(keys.len(), t, threads);
-                    let mut ok = 0u64;
-                    for _ in 0..n {
-                        let d = c.limiter.check(&keys[cur.next_index()]).await;
-                        ok += u64::from(d.allowed);
+/// Wall time of one slice of one contender (on one thread).
+const SLICE: Duration = Duration::from_millis(40);
+/// Rounds per scenario; each round runs every contender once, in an order
+/// rotated from round to round.
+const ROUNDS: usize = 15;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// `LOCAL_INTERLEAVED=1 cargo bench -p ratelimit-benches --bench local`:
+/// the local-store scenarios with every contender run in turn, in slices
+/// of about 40 ms, for 15 rounds, so that the contenders of a scenario share the
+/// machine's load (other builds on a shared host move criterion's
+/// back-to-back groups by up to 2x). Prints, per scenario, the median
+/// nanoseconds per decision of each contender and the median of the
+/// per-round ratios to governor (each ratio taken from slices run next to
+/// each other). `LOCAL_INTERLEAVED` may name key sets to run
+/// (`hot_key,10k_keys,1m_keys`).
+fn interleaved(sets: &str) {
+    let rts = runtimes(ALL_CORES);
+    let key_sets: [(&str, usize); 3] =
+        [("hot_key", 1), ("10k_keys", 10_000), ("1m_keys", 1_000_000)];
+    println!(
+        "| keys | quota | threads | fastest path (`decide_now`) | `dyn Store` decide | `Limiter::check` | governor | throttlecrab | fastest/gov | store/gov | limiter/gov | throttlecrab/gov |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (set_name, n) in key_sets {
+        if !sets.is_empty() && sets != "1" && !sets.split(',').any(|s| s == set_name) {
+            continue;
+        }
+        let keys = caller_ids(n);
+        for q in quotas() {
+            let c = Contenders::prefilled(&q, &keys, &rts[0]);
+            for threads in [1, ALL_CORES] {
+                // Decisions per slice, from a first run of each on one
+                // thread (on several, the timing thread may start its clock
+                // late on a loaded host), times the threads.
+                let per_slice: Vec<u64> = CONTENDERS
+                    .iter()
+                    .map(|w| {
+                        let (d, _) = run_contender(w, &c, &q, &keys, 1, &rts, 100_000);
+                        let ns = d.as_nanos().max(1) as f64 / 100_000.0;
+                        ((SLICE.as_nanos() as f64 / ns) as u64).clamp(10_000, 10_000_000)
+                            * threads as u64
+                    })
+                    .collect();
+                let mut ns: Vec<Vec<f64>> = vec![Vec::new(); CONTENDERS.len()];
+                let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); CONTENDERS.len()];
+                for round in 0..ROUNDS {
+                    let mut this = [0.0; CONTENDERS.len()];
+                    for k in 0..CONTENDERS.len() {
+                        let i = (k + round) % CONTENDERS.len();
+                        let iters = per_slice[i];
+                        let (d, _) =
+                            run_contender(CONTENDERS[i], &c, &q, &keys, threads, &rts, iters);
+                        this[i] = d.as_nanos() as f64 / iters as f64;
                     }
-                    count(ok, n);
-                })
-            })
-        })
-    });
-    report_admitted("ours_limiter", &admitted, &total);
-    reset();
-
-    group.bench_function("governor", |b| {
-        b.iter_custom(|iters| {
-            run_split(threads, iters, |t, n| {
-                let mut cur = Cursor::new(keys.len(), t, threads);
-                let mut ok = 0u64;
-                for _ in 0..n {
-                    ok += u64::from(c.governor.check_key(&keys[cur.next_index()]).is_ok());
+                    for i in 0..CONTENDERS.len() {
+                        ns[i].push(this[i]);
+                        ratios[i].push(this[i] / this[3]);
+                    }
                 }
-                count(ok, n);
-            })
-        })
-    });
-    report_admitted("governor", &admitted, &total);
-    reset();
-
-    group.bench_function("throttlecrab", |b| {
-        b.iter_custom(|iters| {
-            run_split(threads, iters, |t, n| {
-                let mut cur = Cursor::new(keys.len(), t, threads);
-                let mut ok = 0u64;
-                for _ in 0..n {
-                    let k = &keys[cur.next_index()];
-                    ok += u64::from(throttlecrab_check(&c.throttlecrab, k, q.throttlecrab));
-                }
-                count(ok, n);
-            })
-        })
-    });
-    report_admitted("throttlecrab", &admitted, &total);
+                let m: Vec<f64> = ns.into_iter().map(median).collect();
+                let r: Vec<f64> = ratios.into_iter().map(median).collect();
+                println!(
+                    "| {set_name} | {} | {threads} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    q.name, m[1], m[0], m[2], m[3], m[4], r[1], r[0], r[2], r[4]
+                );
+            }
+        }
+    }
 }
 
 criterion_group!(benches, model_step, local_store);
-criterion_main!(benches);
+
+fn main() {
+    if let Some(sets) = std::env::var_os("LOCAL_INTERLEAVED") {
+        interleaved(&sets.to_string_lossy());
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
