@@ -229,16 +229,16 @@ impl Drop for Lead {
     }
 }
 
-/// Queues `request` for its node's next call and waits for its decisions
-/// until `deadline`.
+/// Queues `request` (received at `start`) for its node's next call and
+/// waits for its decisions until `deadline`.
 pub(crate) async fn enqueue(
     engine: &Engine,
     transport: &Arc<dyn Transport>,
     domain: &Arc<Domain>,
     request: Request,
+    start: Instant,
     deadline: Instant,
 ) -> Result<Decisions, StoreError> {
-    let start = Instant::now();
     let (tx, rx) = oneshot::channel();
     let now = engine.domains_base();
     let item = Item {

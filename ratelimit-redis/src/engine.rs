@@ -305,15 +305,21 @@ impl Engine {
         request: Request<'_>,
     ) -> Result<Decisions, StoreError> {
         request.check()?;
-        let deadline = request.deadline.instant();
         if request.deadline.has_passed() {
             return Err(StoreError::Expired);
         }
         let start = Instant::now();
         let own = start + self.timeout;
-        let deadline = deadline.map_or(own, |d| d.min(own));
-        let mut req =
-            scripts::Request::new(&self.prefix, request.key, request.charges, self.now()?);
+        let deadline = request
+            .deadline
+            .instant_from(start)
+            .map_or(own, |d| d.min(own));
+        let now_at = self.now()?;
+        let mut req = if transport.any_slot() {
+            scripts::Request::on_one_node(&self.prefix, request.key, request.charges, now_at)
+        } else {
+            scripts::Request::new(&self.prefix, request.key, request.charges, now_at)
+        };
         if self.batch_only {
             req = req.through_batch();
         }
@@ -353,7 +359,7 @@ impl Engine {
             decisions(&raw, &req.limits)
         } else {
             drop(permit);
-            crate::batch::enqueue(self, transport, &domain, req, deadline).await
+            crate::batch::enqueue(self, transport, &domain, req, start, deadline).await
         }
     }
 

@@ -342,6 +342,27 @@ pub struct Request {
 impl Request {
     /// A request for `caller` over `charges` (costs already checked).
     pub fn new(prefix: &str, caller: &[u8], charges: &[Charge<'_>], now: Option<Micros>) -> Self {
+        Self::build(prefix, caller, charges, now, true)
+    }
+
+    /// As [`Request::new`], for a single node, where no call is routed by
+    /// hash slot: the slot is not computed ([`Request::slot`] reads 0).
+    pub fn on_one_node(
+        prefix: &str,
+        caller: &[u8],
+        charges: &[Charge<'_>],
+        now: Option<Micros>,
+    ) -> Self {
+        Self::build(prefix, caller, charges, now, false)
+    }
+
+    fn build(
+        prefix: &str,
+        caller: &[u8],
+        charges: &[Charge<'_>],
+        now: Option<Micros>,
+        slotted: bool,
+    ) -> Self {
         let script = match charges {
             [c] => for_quota(c.quota),
             _ => &BATCH,
@@ -352,7 +373,10 @@ impl Request {
             .collect();
         Self {
             script,
-            slot: crate::keys::slot(keys.first().map_or(&b""[..], |k| k.as_bytes())),
+            slot: match keys.first() {
+                Some(k) if slotted => crate::keys::slot(k.as_bytes()),
+                _ => 0,
+            },
             keys,
             quota_args: charges
                 .iter()
@@ -375,7 +399,8 @@ impl Request {
         self.limits.len()
     }
 
-    /// The hash slot of its keys (they share one).
+    /// The hash slot of its keys (they share one; 0 for a request made
+    /// [`Request::on_one_node`]).
     pub fn slot(&self) -> u16 {
         self.slot
     }

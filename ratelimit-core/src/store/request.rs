@@ -59,6 +59,17 @@ impl Deadline {
         }
     }
 
+    /// The deadline as an instant, a relative one counted from `now` (the
+    /// instant the request was received, read once by the caller for this
+    /// and its own use). `None`: no deadline.
+    pub fn instant_from(&self, now: Instant) -> Option<Instant> {
+        match self.0 {
+            Repr::None => None,
+            Repr::Within(d) => Some(now + d),
+            Repr::At(i) => Some(i),
+        }
+    }
+
     /// Whether the deadline has passed already, as the store receives the
     /// request (a relative deadline has passed only if it is zero; no clock
     /// is read for it).
