@@ -24,49 +24,7 @@ use parking_lot::{
 
 /// One stored caller: its map key (`name 0xFF key` in a named map, `key`
 /// alone in an unnamed one) and its state.
-type Item<V> = (Stored, V);
-
-/// Map keys up to this many bytes are kept in the table's slot itself.
-const INLINE: usize = 30;
-
-/// A stored map key: in the slot when short (the usual policy name and
-/// caller id: a lookup then reads no memory outside the table), else on
-/// the heap.
-pub(crate) enum Stored {
-    Inline { len: u8, bytes: [u8; INLINE] },
-    Heap(Box<[u8]>),
-}
-
-impl Stored {
-    /// The key made of `parts`, concatenated.
-    fn of(parts: &[&[u8]]) -> Self {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        let mut bytes = [0u8; INLINE];
-        match (u8::try_from(len), bytes.get_mut(..len)) {
-            (Ok(n), Some(dst)) => {
-                let mut at = 0;
-                for p in parts {
-                    dst[at..at + p.len()].copy_from_slice(p);
-                    at += p.len();
-                }
-                Self::Inline { len: n, bytes }
-            }
-            _ => Self::Heap(parts.concat().into_boxed_slice()),
-        }
-    }
-}
-
-impl std::ops::Deref for Stored {
-    type Target = [u8];
-
-    #[inline(always)]
-    fn deref(&self) -> &[u8] {
-        match self {
-            Self::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(&[]),
-            Self::Heap(b) => b,
-        }
-    }
-}
+type Item<V> = (Box<[u8]>, V);
 
 /// The byte between the policy name and the caller's key in a stored map
 /// key. Policy names are ASCII, so the first 0xFF ends the name whatever
@@ -117,11 +75,11 @@ impl<'a> Key<'a> {
     }
 
     /// The stored map key.
-    fn to_stored(self, named: bool) -> Stored {
+    fn to_stored(self, named: bool) -> Box<[u8]> {
         if named {
-            Stored::of(&[self.name, &[SEP], self.key])
+            [self.name, &[SEP], self.key].concat().into_boxed_slice()
         } else {
-            Stored::of(&[self.key])
+            Box::from(self.key)
         }
     }
 
@@ -608,18 +566,6 @@ mod tests {
             }
         }
         removed
-    }
-
-    #[test]
-    fn a_stored_key_fits_a_slot_and_keeps_its_bytes() {
-        assert!(std::mem::size_of::<Stored>() <= 32);
-        for len in [0, 1, INLINE - 1, INLINE, INLINE + 1, 300] {
-            let a: Vec<u8> = (0..len).map(|i| i as u8).collect();
-            let (head, tail) = a.split_at(len / 2);
-            let stored = Stored::of(&[head, tail]);
-            assert_eq!(&*stored, &a[..], "len {len}");
-            assert_eq!(matches!(stored, Stored::Inline { .. }), len <= INLINE);
-        }
     }
 
     #[test]
