@@ -128,108 +128,111 @@ fn callers_of(call: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// A node with one caller's call in flight (held), batches of at most 4 and
+/// `pipeline` calls in flight at most.
+struct Scene {
+    held: Arc<Held>,
+    transport: Arc<dyn Transport>,
+    engine: Engine,
+    callers: Vec<tokio::task::JoinHandle<bool>>,
+}
+
+impl Scene {
+    async fn new(pipeline: usize) -> Self {
+        let held = Arc::new(Held::default());
+        let mut scene = Self {
+            transport: held.clone(),
+            held,
+            engine: engine(4, pipeline),
+            callers: Vec::new(),
+        };
+        scene.start(&["first"]).await;
+        until("the lone call is sent", || scene.held.in_flight() == 1).await;
+        scene
+    }
+
+    /// Starts a caller for each key, in order, each queued before the next.
+    async fn start(&mut self, keys: &[&str]) {
+        for key in keys {
+            start(&self.engine, &self.transport, key, &mut self.callers).await;
+        }
+    }
+
+    /// Lets the next `calls` calls answer and waits until `sent` calls in
+    /// all have been sent.
+    async fn answer(&self, calls: usize, sent: usize) {
+        self.held.gate.add_permits(calls);
+        until("the next call is sent", || self.held.sent().len() == sent).await;
+    }
+
+    /// The callers of call number `i` (0: the first).
+    fn call(&self, i: usize) -> Vec<String> {
+        callers_of(&self.held.sent()[i])
+    }
+
+    /// Answers every call; every caller must be admitted.
+    async fn finish(self) -> Vec<Vec<String>> {
+        self.held.gate.add_permits(1_000);
+        for c in self.callers {
+            assert!(c.await.unwrap());
+        }
+        self.held.sent()
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_second_call_goes_only_for_a_full_batch() {
-    let held = Arc::new(Held::default());
-    let transport: Arc<dyn Transport> = held.clone();
-    let engine = engine(4, engine::DEFAULT_PIPELINE);
     assert_eq!(engine::DEFAULT_PIPELINE, 2);
-    let mut callers = Vec::new();
-
-    // Alone on an idle node: one call in flight.
-    start(&engine, &transport, "a", &mut callers).await;
-    until("the lone call is sent", || held.in_flight() == 1).await;
-
+    let mut scene = Scene::new(engine::DEFAULT_PIPELINE).await;
     // Three more: a partial batch waits for the call in flight.
-    for key in ["b", "c", "d"] {
-        start(&engine, &transport, key, &mut callers).await;
-    }
+    scene.start(&["b", "c", "d"]).await;
     settle().await;
-    assert_eq!(held.in_flight(), 1, "a partial batch did not wait");
-
+    assert_eq!(scene.held.in_flight(), 1, "a partial batch did not wait");
     // The fourth fills the batch: it goes at once, beside the first call.
-    start(&engine, &transport, "e", &mut callers).await;
-    until("the full batch is sent", || held.in_flight() == 2).await;
-    assert_eq!(callers_of(&held.sent()[1]), ["b", "c", "d", "e"]);
-
+    scene.start(&["e"]).await;
+    until("the full batch is sent", || scene.held.in_flight() == 2).await;
+    assert_eq!(scene.call(1), ["b", "c", "d", "e"]);
     // Never a third call, however many wait.
-    for key in ["f", "g", "h", "i", "j"] {
-        start(&engine, &transport, key, &mut callers).await;
-    }
+    scene.start(&["f", "g", "h", "i", "j"]).await;
     settle().await;
-    assert_eq!(held.in_flight(), 2, "more than two calls in flight");
-
-    // Answer everything; every caller is decided.
-    held.gate.add_permits(1_000);
-    for c in callers {
-        assert!(c.await.unwrap());
-    }
-    let sent = held.sent();
+    assert_eq!(scene.held.in_flight(), 2, "more than two calls in flight");
+    let sent = scene.finish().await;
     let decided: usize = sent.iter().map(Vec::len).sum();
     assert_eq!(decided, 10, "calls: {sent:?}");
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn with_one_call_in_flight_a_full_batch_waits() {
-    let held = Arc::new(Held::default());
-    let transport: Arc<dyn Transport> = held.clone();
-    let engine = engine(4, 1);
-    let mut callers = Vec::new();
-    start(&engine, &transport, "a", &mut callers).await;
-    until("the lone call is sent", || held.in_flight() == 1).await;
-    for key in ["b", "c", "d", "e", "f"] {
-        start(&engine, &transport, key, &mut callers).await;
-    }
+    let mut scene = Scene::new(1).await;
+    scene.start(&["b", "c", "d", "e", "f"]).await;
     settle().await;
-    assert_eq!(held.in_flight(), 1, "a second call went with pipeline 1");
-    held.gate.add_permits(1_000);
-    for c in callers {
-        assert!(c.await.unwrap());
-    }
+    assert_eq!(
+        scene.held.in_flight(),
+        1,
+        "a second call went with pipeline 1"
+    );
+    scene.finish().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_long_queue_that_keeps_up_goes_first_in_first_out() {
-    let held = Arc::new(Held::default());
-    let transport: Arc<dyn Transport> = held.clone();
-    let engine = engine(4, 1);
-    let mut callers = Vec::new();
-    start(&engine, &transport, "first", &mut callers).await;
-    until("the lone call is sent", || held.in_flight() == 1).await;
+    let mut scene = Scene::new(1).await;
     // Six wait behind it, more than one call carries, with most of their
     // 30 s still to go: the oldest four go next, then the other two.
-    for key in ["q1", "q2", "q3", "q4", "q5", "q6"] {
-        start(&engine, &transport, key, &mut callers).await;
-    }
+    scene.start(&["q1", "q2", "q3", "q4", "q5", "q6"]).await;
     settle().await;
-    held.gate.add_permits(1);
-    until("the next call is sent", || held.sent().len() == 2).await;
-    assert_eq!(callers_of(&held.sent()[1]), ["q1", "q2", "q3", "q4"]);
-    held.gate.add_permits(1);
-    until("the last call is sent", || held.sent().len() == 3).await;
-    assert_eq!(callers_of(&held.sent()[2]), ["q5", "q6"]);
-    held.gate.add_permits(1_000);
-    for c in callers {
-        assert!(c.await.unwrap());
-    }
+    scene.answer(1, 2).await;
+    assert_eq!(scene.call(1), ["q1", "q2", "q3", "q4"]);
+    scene.answer(1, 3).await;
+    assert_eq!(scene.call(2), ["q5", "q6"]);
+    scene.finish().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_short_queue_goes_first_in_first_out() {
-    let held = Arc::new(Held::default());
-    let transport: Arc<dyn Transport> = held.clone();
-    let engine = engine(4, 1);
-    let mut callers = Vec::new();
-    start(&engine, &transport, "first", &mut callers).await;
-    until("the lone call is sent", || held.in_flight() == 1).await;
-    for key in ["q1", "q2", "q3"] {
-        start(&engine, &transport, key, &mut callers).await;
-    }
-    held.gate.add_permits(1);
-    until("the next call is sent", || held.sent().len() == 2).await;
-    assert_eq!(callers_of(&held.sent()[1]), ["q1", "q2", "q3"]);
-    held.gate.add_permits(1_000);
-    for c in callers {
-        assert!(c.await.unwrap());
-    }
+    let mut scene = Scene::new(1).await;
+    scene.start(&["q1", "q2", "q3"]).await;
+    scene.answer(1, 2).await;
+    assert_eq!(scene.call(1), ["q1", "q2", "q3"]);
+    scene.finish().await;
 }
