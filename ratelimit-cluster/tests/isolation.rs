@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::Lib;
-use ratelimit_core::{BreakerState, Limiter, Quota, Rate, Source};
+use ratelimit_core::{BreakerState, Source};
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::fresh_prefix;
 
@@ -39,15 +39,7 @@ async fn one_stopped_master_affects_only_its_callers(lib: Lib) {
         Duration::from_millis(100),
     )
     .await;
-    let quota = Quota::token_bucket(Rate::per_second(1_000_000), 1_000_000).unwrap();
-    let limiter = Limiter::builder(store.clone())
-        .quota(quota.clone())
-        .namespace("iso")
-        .unwrap()
-        .instances(1)
-        .timeout(Duration::from_millis(50))
-        .build()
-        .unwrap();
+    let (quota, limiter) = common::admitting_limiter(&store, "iso", 1, Duration::from_millis(50));
     // Which master serves each caller.
     let callers: Vec<(String, u16)> = (0..CALLERS)
         .map(|i| {

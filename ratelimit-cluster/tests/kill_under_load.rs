@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::Lib;
-use ratelimit_core::{BreakerState, Limiter, Quota, Rate, Source};
+use ratelimit_core::{BreakerState, Source};
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::fresh_prefix;
 
@@ -47,17 +47,7 @@ struct Tally {
 
 async fn healthy_masters_keep_answering(lib: Lib) {
     let cluster = Arc::new(RedisCluster::start_local());
-    for port in cluster.ports() {
-        let _: () = cluster
-            .query(
-                port,
-                redis::cmd("CONFIG")
-                    .arg("SET")
-                    .arg("cluster-require-full-coverage")
-                    .arg("no"),
-            )
-            .expect("CONFIG SET cluster-require-full-coverage no");
-    }
+    cluster.serve_without_full_coverage();
     let prefix = fresh_prefix();
     let store = common::store(
         lib,
@@ -67,17 +57,10 @@ async fn healthy_masters_keep_answering(lib: Lib) {
         Duration::from_millis(150),
     )
     .await;
-    let quota = Quota::token_bucket(Rate::per_second(1_000_000), 1_000_000).unwrap();
-    let limiter = Limiter::builder(store.clone())
-        .quota(quota.clone())
-        .namespace("kill")
-        .unwrap()
-        .instances(3)
-        // Generous for a loaded 2-core machine: a healthy master answers in
-        // milliseconds, so a miss here would be this process being starved.
-        .timeout(Duration::from_millis(100))
-        .build()
-        .unwrap();
+    // A timeout generous for a loaded 2-core machine: a healthy master
+    // answers in milliseconds, so a miss here would be this process being
+    // starved.
+    let (quota, limiter) = common::admitting_limiter(&store, "kill", 3, Duration::from_millis(100));
     let masters = cluster.masters();
     let victim = masters[0].clone();
     let victim_slot = victim.slots[0].0;

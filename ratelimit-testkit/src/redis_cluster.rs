@@ -427,6 +427,27 @@ impl RedisCluster {
         query(self.url_of(port), cmd)
     }
 
+    /// Sets `cluster-require-full-coverage no` on every node: the healthy
+    /// masters keep serving their slots while one master is down (what
+    /// ratelimit-cluster's README recommends for a rate limiter).
+    ///
+    /// # Panics
+    ///
+    /// When a node refuses it.
+    pub fn serve_without_full_coverage(&self) {
+        for port in self.ports() {
+            let _: () = self
+                .query(
+                    port,
+                    redis::cmd("CONFIG")
+                        .arg("SET")
+                        .arg("cluster-require-full-coverage")
+                        .arg("no"),
+                )
+                .expect("CONFIG SET cluster-require-full-coverage no");
+        }
+    }
+
     /// The nodes as the first reachable node sees them (`CLUSTER NODES`).
     ///
     /// # Panics

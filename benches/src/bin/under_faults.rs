@@ -768,17 +768,7 @@ async fn cluster_run(lib: Lib, tasks: usize, full_coverage: bool) -> ClusterRow 
     if !full_coverage {
         // What ratelimit-cluster/README.md recommends for a rate limiter:
         // the healthy masters keep serving while one master is down.
-        for port in cluster.ports() {
-            let _: () = cluster
-                .query(
-                    port,
-                    redis::cmd("CONFIG")
-                        .arg("SET")
-                        .arg("cluster-require-full-coverage")
-                        .arg("no"),
-                )
-                .expect("CONFIG SET cluster-require-full-coverage no");
-        }
+        cluster.serve_without_full_coverage();
     }
     let store = cluster_store(lib, &cluster).await;
     let quota = admit_all();

@@ -127,6 +127,29 @@ pub async fn store(
     }
 }
 
+/// A quota no caller reaches (a token bucket of 1,000,000 a second) and a
+/// limiter over `store` checking it, its degraded mode the fallback at
+/// L / `instances`.
+pub fn admitting_limiter(
+    store: &ClusterStore,
+    namespace: &str,
+    instances: u32,
+    timeout: Duration,
+) -> (ratelimit_core::Quota, ratelimit_core::Limiter) {
+    let quota =
+        ratelimit_core::Quota::token_bucket(ratelimit_core::Rate::per_second(1_000_000), 1_000_000)
+            .expect("a valid quota");
+    let limiter = ratelimit_core::Limiter::builder(store.clone())
+        .quota(quota.clone())
+        .namespace(namespace)
+        .expect("a valid namespace")
+        .instances(instances)
+        .timeout(timeout)
+        .build()
+        .expect("a valid limiter");
+    (quota, limiter)
+}
+
 /// Hands out stores on separate cluster connections, one client per
 /// instance kept across calls (so hundreds of proptest cases do not open
 /// thousands of connections); every call gets a fresh random key prefix.
