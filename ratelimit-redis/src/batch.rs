@@ -13,16 +13,18 @@
 //! already given up, or whose deadline has passed before the call is sent,
 //! is not sent at all.
 //!
-//! # A second call in flight, only for a full batch
+//! # A second call in flight, for a batch worth it
 //!
 //! While one call is in flight, the client has nothing to do for the node
 //! and, once the reply is back, the server has nothing to do until the next
-//! call is built and written. When a full batch is already waiting, waiting
-//! longer cannot make it larger, so it goes at once as a second call on the
-//! same connection (pipelined: the server runs the calls in the order they
-//! were written); at most [`crate::engine::DEFAULT_PIPELINE`] calls are in flight per node. A
-//! partial batch never takes the second place: it waits for the call in
-//! flight, as above, so batches stay as large as the load makes them.
+//! call is built and written. When enough requests already wait — half as
+//! many as the latest batch call carried, at least
+//! [`crate::engine::PIPELINE_MIN_BATCH`], at most a full batch — they go
+//! at once as a second call on the same connection (pipelined: the server
+//! runs the calls in the order they were written); at most
+//! [`crate::engine::DEFAULT_PIPELINE`] calls are in flight per node. Fewer
+//! never take the second place: they wait for the call in flight, as
+//! above, so that a batch call's fixed cost is shared.
 //!
 //! # Under overload: the newest first
 //!
@@ -55,7 +57,7 @@ use tokio::sync::oneshot;
 
 use crate::decode;
 use crate::domains::{Domain, InFlight};
-use crate::engine::{Engine, Straddles, Transport, decisions, follow};
+use crate::engine::{Engine, PIPELINE_MIN_BATCH, Straddles, Transport, decisions, follow};
 use crate::scripts::{Call, Request};
 
 /// One request waiting for its node's next call.
@@ -73,6 +75,8 @@ struct State {
     /// Calls in flight (or being built and sent) on the node: while there
     /// is one, new requests queue.
     calls: usize,
+    /// How many requests the latest batch call carried.
+    last: usize,
     items: VecDeque<Item>,
 }
 
@@ -110,12 +114,12 @@ impl Queue {
     }
 
     /// Queues `item`; `true`: a drain must start (nothing was in flight,
-    /// or a full batch of `max` now waits and fewer than `pipeline` calls
-    /// are in flight).
+    /// or enough now wait for a second call, see [`second`], and fewer than
+    /// `pipeline` calls are in flight).
     fn push(&self, item: Item, max: usize, pipeline: usize) -> bool {
         let mut s = self.lock();
         s.items.push_back(item);
-        if s.calls == 0 || (s.calls < pipeline && s.items.len() >= max) {
+        if s.calls == 0 || (s.calls < pipeline && s.items.len() >= second(max, s.last)) {
             s.calls += 1;
             true
         } else {
@@ -140,13 +144,13 @@ impl Queue {
     /// whose deadline has passed are not sent and take no place in the
     /// call (the latter answered "expired", counting nothing). When more
     /// than `max` wait and the queue is [`congested`], the newest are taken
-    /// (see the module docs), in arrival order. While another call is in flight a partial batch is
-    /// left to it, so that the second place carries full batches only.
+    /// (see the module docs), in arrival order. While another call is in
+    /// flight, fewer than [`second`] waiting requests are left to it.
     fn take(&self, max: usize) -> Vec<Item> {
         let now = Instant::now();
         let mut stale = Vec::new();
         let mut s = self.lock();
-        if s.calls > 1 && s.items.len() < max {
+        if s.calls > 1 && s.items.len() < second(max, s.last) {
             s.calls -= 1;
             return Vec::new();
         }
@@ -181,6 +185,7 @@ impl Queue {
         if newest {
             live.reverse();
         }
+        s.last = live.len();
         if live.is_empty() {
             s.calls -= 1;
         }
@@ -190,6 +195,13 @@ impl Queue {
         }
         live
     }
+}
+
+/// The fewest waiting requests that go as a second call beside the one in
+/// flight: half as many as the latest call carried, at least
+/// [`PIPELINE_MIN_BATCH`], at most a full batch of `max`.
+fn second(max: usize, last: usize) -> usize {
+    (last / 2).max(PIPELINE_MIN_BATCH).min(max)
 }
 
 /// Whether the queue is congested: its oldest request has waited more than
@@ -539,6 +551,16 @@ mod tests {
     type Receiver = oneshot::Receiver<Result<Decisions, StoreError>>;
 
     const SIX: [&str; 6] = ["q1", "q2", "q3", "q4", "q5", "q6"];
+
+    #[test]
+    fn a_second_call_needs_half_the_latest_call_at_least_sixteen_at_most_a_batch() {
+        assert_eq!(second(128, 0), 16);
+        assert_eq!(second(128, 20), 16);
+        assert_eq!(second(128, 100), 50);
+        assert_eq!(second(128, 128), 64);
+        assert_eq!(second(4, 100), 4);
+        assert_eq!(second(1, 0), 1);
+    }
 
     #[test]
     fn a_congested_queue_gives_its_newest_in_arrival_order() {

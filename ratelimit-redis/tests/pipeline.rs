@@ -2,8 +2,10 @@
 //! transport that holds every call until the test lets it answer (no
 //! server: the order and the number of calls in flight are the subject):
 //!
-//! - a second call goes beside the one in flight only for a full batch; a
-//!   partial batch waits for the call in flight ([`engine::DEFAULT_PIPELINE`]);
+//! - a second call goes beside the one in flight only for a batch worth it
+//!   (at least [`engine::PIPELINE_MIN_BATCH`] requests, or half the latest
+//!   call, at most a full batch); fewer wait for the call in flight
+//!   ([`engine::DEFAULT_PIPELINE`]);
 //! - while the queue keeps up, a call takes the oldest waiting requests
 //!   first (under congestion the newest: unit tests in `src/batch.rs`).
 
@@ -128,8 +130,8 @@ fn callers_of(call: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// A node with one caller's call in flight (held), batches of at most 4 and
-/// `pipeline` calls in flight at most.
+/// A node with one caller's call in flight (held), batches of at most
+/// `max_batch` and `pipeline` calls in flight at most.
 struct Scene {
     held: Arc<Held>,
     transport: Arc<dyn Transport>,
@@ -139,11 +141,15 @@ struct Scene {
 
 impl Scene {
     async fn new(pipeline: usize) -> Self {
+        Self::with_batches_of(4, pipeline).await
+    }
+
+    async fn with_batches_of(max_batch: usize, pipeline: usize) -> Self {
         let held = Arc::new(Held::default());
         let mut scene = Self {
             transport: held.clone(),
             held,
-            engine: engine(4, pipeline),
+            engine: engine(max_batch, pipeline),
             callers: Vec::new(),
         };
         scene.start(&["first"]).await;
@@ -234,5 +240,22 @@ async fn a_short_queue_goes_first_in_first_out() {
     scene.start(&["q1", "q2", "q3"]).await;
     scene.answer(1, 2).await;
     assert_eq!(scene.call(1), ["q1", "q2", "q3"]);
+    scene.finish().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn with_large_batches_a_second_call_goes_from_sixteen_waiting() {
+    assert_eq!(engine::PIPELINE_MIN_BATCH, 16);
+    let mut scene = Scene::with_batches_of(128, engine::DEFAULT_PIPELINE).await;
+    let keys: Vec<String> = (1..=16).map(|i| format!("w{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    // Fifteen wait for the call in flight.
+    scene.start(&keys[..15]).await;
+    settle().await;
+    assert_eq!(scene.held.in_flight(), 1, "fewer than 16 did not wait");
+    // The sixteenth: they go at once, beside the first call.
+    scene.start(&keys[15..]).await;
+    until("the second call is sent", || scene.held.in_flight() == 2).await;
+    assert_eq!(scene.call(1), keys);
     scene.finish().await;
 }
