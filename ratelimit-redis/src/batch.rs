@@ -57,7 +57,7 @@ use tokio::sync::oneshot;
 
 use crate::decode;
 use crate::domains::{Domain, InFlight};
-use crate::engine::{Engine, PIPELINE_MIN_BATCH, Straddles, Transport, decisions, follow};
+use crate::engine::{Engine, PIPELINE_MIN_BATCH, Straddles, Transport, follow};
 use crate::scripts::{Call, Request};
 
 /// One request waiting for its node's next call.
@@ -451,7 +451,7 @@ async fn send_once(
     if let [(request, _)] = &answered[..] {
         let result = engine
             .decode_alone(request, raw, received)
-            .and_then(|raw| decisions(&raw, &request.limits));
+            .and_then(|raw| decode::for_limits(&raw, &request.limits));
         if let Some((_, reply)) = answered.pop() {
             let _ = reply.send(result);
         }
@@ -467,7 +467,7 @@ async fn send_once(
             }
             for ((request, reply), outcome) in answered.into_iter().zip(outcomes) {
                 let _ = reply.send(match outcome {
-                    decode::Outcome::Decided(d) => decisions(d, &request.limits),
+                    decode::Outcome::Decided(d) => decode::for_limits(d, &request.limits),
                     decode::Outcome::Expired => Err(StoreError::Expired),
                 });
             }

@@ -1,6 +1,7 @@
 //! Decoding a script's reply into a [`Decision`].
 
 use ratelimit_core::model::Charge;
+use ratelimit_core::store::Decisions;
 use ratelimit_core::{Decision, StoreError};
 
 /// Builds the decision from a script reply
@@ -60,21 +61,35 @@ pub fn decision(reply: &[i64], limit: u64) -> Result<Decision, StoreError> {
 /// assert!(d[0].allowed && !d[1].allowed);
 /// ```
 pub fn decisions(reply: &[i64], charges: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-    if reply.len() != 4 * charges.len() {
-        return Err(StoreError::message(
+    let limits: Vec<u64> = charges.iter().map(|c| c.quota.limit()).collect();
+    for_limits(reply, &limits).map(|d| d.to_vec())
+}
+
+/// As [`decisions`], from each quota's [`ratelimit_core::Quota::limit`]:
+/// one request's decisions, held inline for one quota.
+///
+/// ```
+/// let d = ratelimit_redis::decode::for_limits(&[1, 9, 5, -1], &[10]).unwrap();
+/// assert!(d[0].allowed);
+/// assert!(ratelimit_redis::decode::for_limits(&[1, 9, 5, -1], &[10, 10]).is_err());
+/// ```
+pub fn for_limits(reply: &[i64], limits: &[u64]) -> Result<Decisions, StoreError> {
+    match limits {
+        [limit] => decision(reply, *limit).map(Decisions::one),
+        _ if reply.len() != 4 * limits.len() => Err(StoreError::message(
             format!(
                 "unexpected rate-limit script reply: {} integers for {} quotas",
                 reply.len(),
-                charges.len()
+                limits.len()
             ),
             false,
-        ));
+        )),
+        _ => reply
+            .chunks_exact(4)
+            .zip(limits)
+            .map(|(r, &limit)| decision(r, limit))
+            .collect(),
     }
-    reply
-        .chunks_exact(4)
-        .zip(charges)
-        .map(|(r, c)| decision(r, c.quota.limit()))
-        .collect()
 }
 
 /// One request's outcome in a batch reply.

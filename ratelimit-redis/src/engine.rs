@@ -363,7 +363,7 @@ impl Engine {
             let raw = self
                 .send_alone(transport, &domain, &mut req, deadline, permit, in_flight)
                 .await?;
-            decisions(&raw, &req.limits)
+            decode::for_limits(&raw, &req.limits)
         } else {
             drop(permit);
             crate::batch::enqueue(self, transport, &domain, req, start, deadline).await
@@ -561,27 +561,6 @@ impl Engine {
                 Err(StoreError::Timeout(waited))
             }
         }
-    }
-}
-
-/// The decisions of one request from its reply's integers (4 per quota, in
-/// order) and its quotas' limits.
-pub(crate) fn decisions(raw: &[i64], limits: &[u64]) -> Result<Decisions, StoreError> {
-    match limits {
-        [limit] => decode::decision(raw, *limit).map(Decisions::one),
-        _ if raw.len() != 4 * limits.len() => Err(StoreError::message(
-            format!(
-                "unexpected rate-limit script reply: {} integers for {} quotas",
-                raw.len(),
-                limits.len()
-            ),
-            false,
-        )),
-        _ => raw
-            .chunks_exact(4)
-            .zip(limits)
-            .map(|(r, &limit)| decode::decision(r, limit))
-            .collect(),
     }
 }
 
