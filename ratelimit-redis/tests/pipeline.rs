@@ -187,7 +187,7 @@ impl Scene {
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn a_second_call_goes_only_for_a_full_batch() {
+async fn a_second_call_waits_for_enough_requests() {
     assert_eq!(engine::DEFAULT_PIPELINE, 2);
     let mut scene = Scene::new(engine::DEFAULT_PIPELINE).await;
     // Three more: a partial batch waits for the call in flight.

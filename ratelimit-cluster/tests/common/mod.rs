@@ -52,7 +52,18 @@ pub async fn cluster_connection_store(
         .get_async_connection()
         .await
         .expect("connect to the test cluster");
-    let store = ClusterStore::from_cluster_connection(connection)
+    ready(
+        ClusterStore::from_cluster_connection(connection),
+        prefix,
+        call,
+    )
+    .await
+}
+
+/// `store` with `prefix` and the per-call bound `call`, its scripts loaded
+/// on every master.
+async fn ready(store: ClusterStore, prefix: &str, call: Duration) -> ClusterStore {
+    let store = store
         .with_prefix(prefix)
         .expect("valid prefix")
         .with_timeout(call);
@@ -88,15 +99,7 @@ pub async fn fred_store(
         .build()
         .expect("fred client");
     client.init().await.expect("fred connects to the cluster");
-    let store = ClusterStore::from_fred(client)
-        .with_prefix(prefix)
-        .expect("valid prefix")
-        .with_timeout(call);
-    store
-        .load_scripts()
-        .await
-        .expect("SCRIPT LOAD on every master");
-    store
+    ready(ClusterStore::from_fred(client), prefix, call).await
 }
 
 /// Which client library a factory uses.
