@@ -52,7 +52,9 @@
 //! | `KEYS` | every request's keys, in order (one caller's keys share a hash tag; a cluster batch holds one slot) |
 //! | `ARGV[1]` | minimum expiry in ms |
 //! | `ARGV[2]` | the fields per request: `1` when every request is on the call's one quota set and the server's clock (the common batch: the deadline alone), else `3` |
-//! | `ARGV[3]` | the number of quota sets; then per set: its id, its number n of quotas, then per quota: the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[2..=5]` (`""` for a window's fourth). Requests over the same quotas share a set, sent and parsed once per call |
+//! | `ARGV[3]` | the earliest of the requests' deadlines in the server's µs (`0`: none has one): while `TIME` is not past it, no request can have expired and no request's own deadline is read |
+//! | `ARGV[4]` | `1` when no key appears twice in `KEYS`, else `0`: the script reads every key's string state up front (one `MGET`), and keeps what it writes for the requests after only when a key repeats |
+//! | `ARGV[5]` | the number of quota sets; then per set: its id, its number n of quotas, then per quota: the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[2..=5]` (`""` for a window's fourth). Requests over the same quotas share a set, sent and parsed once per call |
 //! | then per request | with 3 fields: now (`""`: `TIME`), its deadline in the server's µs (0: none), the id of its quota set; with 1: its deadline |
 //!
 //! Reply: per request 4 integers per quota (each as a single script's
@@ -138,12 +140,14 @@ impl Script {
     }
 }
 
-/// One single-quota script: the head, the algorithm's part, the write
-/// head, its write, the tail.
+/// One single-quota script: the head, the read of a string state (for the
+/// algorithms that keep one), the algorithm's part, the write head, its
+/// write, the tail.
 macro_rules! single {
-    ($part:literal, $write:literal) => {
+    ($read:literal, $part:literal, $write:literal) => {
         concat!(
             include_str!("scripts/parts/single_head.lua"),
+            $read,
             include_str!(concat!("scripts/parts/", $part)),
             include_str!("scripts/parts/single_write.lua"),
             include_str!(concat!("scripts/parts/", $write)),
@@ -192,25 +196,45 @@ const BATCH_LUA: &str = concat!(
 );
 
 /// The fixed window script.
-pub static FIXED_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new("fixed_window", single!("fixed_window.lua", "set_write.lua")));
+pub static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "fixed_window",
+        single!(
+            "local v = call('GET', key)\n",
+            "fixed_window.lua",
+            "set_write.lua"
+        ),
+    )
+});
 /// The sliding window counter script.
 pub static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "sliding_window",
-        single!("sliding_window.lua", "set_write.lua"),
+        single!(
+            "local v = call('GET', key)\n",
+            "sliding_window.lua",
+            "set_write.lua"
+        ),
     )
 });
 /// The sliding log script.
 pub static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "sliding_log",
-        single!("sliding_log.lua", "sliding_log_write.lua"),
+        single!("", "sliding_log.lua", "sliding_log_write.lua"),
     )
 });
 /// The token bucket script.
-pub static TOKEN_BUCKET: LazyLock<Script> =
-    LazyLock::new(|| Script::new("token_bucket", single!("token_bucket.lua", "set_write.lua")));
+pub static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "token_bucket",
+        single!(
+            "local v = call('GET', key)\n",
+            "token_bucket.lua",
+            "set_write.lua"
+        ),
+    )
+});
 
 /// The batch script: requests in order, each over one or more quotas, all
 /// or nothing (see the module docs). A several-quota call is a batch of
@@ -443,10 +467,32 @@ fn min_expiry(now: Option<Micros>) -> String {
 /// [`crate::deadline`]), as the batch script takes it: the instant alone,
 /// 0 for none (the batch script always returns `TIME`).
 fn batch_deadline(server_micros: i64) -> String {
+    batch_deadline_micros(server_micros).to_string()
+}
+
+/// As [`batch_deadline`], the number.
+fn batch_deadline_micros(server_micros: i64) -> i64 {
     if server_micros < 0 {
-        (-1 - server_micros).to_string()
+        -1 - server_micros
     } else {
-        server_micros.to_string()
+        server_micros
+    }
+}
+
+/// Whether no key appears twice (the batch script then keeps none of its
+/// writes for later requests: each reads its key's state as the call found
+/// it).
+fn distinct(keys: &[String]) -> bool {
+    match keys {
+        [] | [_] => true,
+        [a, b] => a != b,
+        _ => {
+            let mut seen = foldhash::HashSet::with_capacity_and_hasher(
+                keys.len(),
+                foldhash::fast::RandomState::default(),
+            );
+            keys.iter().all(|k| seen.insert(k.as_str()))
+        }
     }
 }
 
@@ -520,7 +566,7 @@ impl Call {
             }));
         }
         let mut args = Vec::with_capacity(
-            3 + sets
+            5 + sets
                 .iter()
                 .map(|s| 2 + 6 * s.quota_args.len())
                 .sum::<usize>()
@@ -531,6 +577,16 @@ impl Call {
         let compact = sets.len() == 1 && requests.iter().all(|(r, _)| r.now.is_none());
         args.push(min_expiry(requests.first().and_then(|(r, _)| r.now)));
         args.push(if compact { "1" } else { "3" }.to_owned());
+        // The earliest deadline: while the server's clock is not past it,
+        // the script reads no request's own.
+        let earliest = requests
+            .iter()
+            .map(|(_, d)| batch_deadline_micros(*d))
+            .filter(|d| *d > 0)
+            .min()
+            .unwrap_or(0);
+        args.push(earliest.to_string());
+        args.push(if distinct(&keys) { "1" } else { "0" }.to_owned());
         args.push(sets.len().to_string());
         let ids: Vec<String> = (1..=sets.len()).map(|i| i.to_string()).collect();
         for (id, s) in ids.iter().zip(&sets) {
@@ -613,12 +669,8 @@ mod tests {
             assert!(BATCH.lua().contains(part(algorithm)), "batch: {algorithm}");
         }
         assert!(BATCH.lua().contains(part("sliding_log_write.lua")));
-        // The string write is the batch script's own one-line SET.
-        assert!(
-            BATCH
-                .lua()
-                .contains("call('SET', KEYS[ki + i], wv, 'PX', mss[i])")
-        );
+        // The string write is the batch script's own one-line PSETEX.
+        assert!(BATCH.lua().contains("call('PSETEX', key, mss[i], wv)"));
         // No script carries a second copy of an algorithm.
         for (name, text) in PARTS {
             assert_eq!(
@@ -653,35 +705,53 @@ mod tests {
         let call = Call::batch(&[(&r, -5), (&r2, 9)]);
         assert!(std::ptr::eq(call.script, &*BATCH));
         assert_eq!(call.keys.len(), 3);
-        // Minimum expiry, 3 fields per request, two quota sets (id, number
-        // of quotas, 6 arguments per quota), then per request: now,
-        // deadline, set.
-        assert_eq!(&call.args[..3], ["0", "3", "2"]);
-        assert_eq!(&call.args[3..5], ["1", "1"]);
+        // Minimum expiry, 3 fields per request, the earliest deadline (of
+        // -5, that is 4, and 9), a key repeated (both requests charge the
+        // token bucket of caller k), two quota sets (id, number of quotas,
+        // 6 arguments per quota), then per request: now, deadline, set.
+        assert_eq!(&call.args[..5], ["0", "3", "4", "0", "2"]);
+        assert_eq!(&call.args[5..7], ["1", "1"]);
         let mut tb = Vec::new();
         r.quota_args[0].push_batch(&mut tb);
-        assert_eq!(call.args[5..11], tb[..]);
+        assert_eq!(call.args[7..13], tb[..]);
         assert_eq!(tb[..2], ["4", "0"]);
-        assert_eq!(&call.args[11..13], ["2", "2"]);
+        assert_eq!(&call.args[13..15], ["2", "2"]);
         let mut both = Vec::new();
         r2.quota_args.iter().for_each(|q| q.push_batch(&mut both));
-        assert_eq!(call.args[13..25], both[..]);
+        assert_eq!(call.args[15..27], both[..]);
         assert_eq!(
             (&both[..2], &both[5]),
             (&["1".to_owned(), "0".to_owned()][..], &String::new())
         );
-        assert_eq!(&call.args[25..], ["", "4", "1", "7", "9", "2"]);
+        assert_eq!(&call.args[27..], ["", "4", "1", "7", "9", "2"]);
         // Requests over the same quotas share one set; on one set and the
-        // server's clock each sends its deadline alone.
+        // server's clock each sends its deadline alone. A key that repeats
+        // says so; a request without a deadline (0) is not the earliest.
         let r3 = Request::new("rl", b"other", &[Charge::new(&q, 2)], None);
         let call = Call::batch(&[(&r, 0), (&r3, 5), (&r, -8)]);
-        assert_eq!(&call.args[..5], ["0", "1", "1", "1", "1"]);
-        assert_eq!(call.args.len(), 3 + 2 + 6 + 3);
-        assert_eq!(&call.args[11..], ["0", "5", "7"]);
+        assert_eq!(&call.args[..7], ["0", "1", "5", "0", "1", "1", "1"]);
+        assert_eq!(call.args.len(), 5 + 2 + 6 + 3);
+        assert_eq!(&call.args[13..], ["0", "5", "7"]);
+        // No deadline at all: 0.
+        let call = Call::batch(&[(&r, 0), (&r3, -1)]);
+        assert_eq!(&call.args[2..4], ["0", "1"]);
         // On an injected clock, three fields again.
         let r4 = Request::new("rl", b"other", &[Charge::new(&q, 2)], Some(3));
         let call = Call::batch(&[(&r4, 0), (&r4, 4)]);
-        assert_eq!(&call.args[..2], ["600000", "3"]);
-        assert_eq!(&call.args[11..], ["3", "0", "1", "3", "4", "1"]);
+        assert_eq!(&call.args[..4], ["600000", "3", "4", "0"]);
+        assert_eq!(&call.args[13..], ["3", "0", "1", "3", "4", "1"]);
+    }
+
+    #[test]
+    fn repeated_keys_are_found_in_batches_of_every_size() {
+        let k = |s: &str| s.to_owned();
+        assert!(distinct(&[]));
+        assert!(distinct(&[k("a")]));
+        assert!(distinct(&[k("a"), k("b")]));
+        assert!(!distinct(&[k("a"), k("a")]));
+        let mut many: Vec<String> = (0..200).map(|i| format!("rl:{{c{i}}}:tb2")).collect();
+        assert!(distinct(&many));
+        many.push(many[117].clone());
+        assert!(!distinct(&many));
     }
 }

@@ -37,6 +37,7 @@ fn writes(server: &RedisServer) -> (u64, u64) {
         .filter(|l| {
             [
                 "set",
+                "psetex",
                 "zadd",
                 "zrem",
                 "zremrangebyscore",

@@ -8,7 +8,12 @@
 -- ARGV[1]  minimum expiry in ms (0 with the server clock)
 -- ARGV[2]  the fields per request: 1 (every request on the call's one
 --          quota set and the server's clock: the deadline alone) or 3
--- ARGV[3]  the number of quota sets, then each set: its id, its number n
+-- ARGV[3]  the earliest deadline of the call's requests, in the server's
+--          µs (0: none has one): while TIME is not past it, no request can
+--          have expired, and no request's own deadline is read
+-- ARGV[4]  1 when no key appears twice in KEYS, else 0 (the script then
+--          keeps what it writes, for the requests after that read it)
+-- ARGV[5]  the number of quota sets, then each set: its id, its number n
 --          of quotas, then per quota: kind (1 fixed window, 2 sliding
 --          window, 3 sliding log, 4 token bucket), shadow (0/1), x, y, z, u
 --          (u is "" for a window). Requests over the same quotas share one
@@ -26,7 +31,9 @@
 -- written (a shadow quota that denies is not). A denied request writes
 -- nothing; a quota that admits it reports its remaining without it
 -- (remaining + cost, at most the limit). A request sees the writes of the
--- requests before it.
+-- requests before it. Every key's stored string is read up front, one
+-- MGET per 1,000 keys (a key that holds no string, such as a sliding
+-- log's sorted set, reads as none there; the log's part reads its own).
 local t = redis.call('TIME')
 local st = t[1] * 1000000 + t[2]
 local min_ms = tonumber(ARGV[1])
@@ -35,8 +42,25 @@ local out, o = {}, 0
 local nargv = #ARGV
 -- The quota sets, by id: {n, then per quota kind, shadow, x, y, z, u}.
 local compact = ARGV[2] == '1'
-local sets, a, q = {}, 4, nil
-for _ = 1, tonumber(ARGV[3]) do
+local early = ARGV[3]
+local late = early ~= '0' and st > early + 0
+-- What this call wrote, by key, when a key repeats.
+local written = nil
+if ARGV[4] ~= '1' then written = {} end
+local nk, pre = #KEYS, nil
+if nk <= 1000 then
+  pre = call('MGET', unpack(KEYS))
+else
+  pre = {}
+  for k0 = 1, nk, 1000 do
+    local k1 = k0 + 999
+    if k1 > nk then k1 = nk end
+    local got = call('MGET', unpack(KEYS, k0, k1))
+    for k = 1, k1 - k0 + 1 do pre[k0 + k - 1] = got[k] end
+  end
+end
+local sets, a, q = {}, 6, nil
+for _ = 1, tonumber(ARGV[5]) do
   local n = tonumber(ARGV[a + 1])
   q = {n}
   for i = 1, n do
@@ -71,4 +95,9 @@ while a <= nargv do
     local kind, shadow, x, y, z, u = q[j + 1], q[j + 2], q[j + 3], q[j + 4], q[j + 5], q[j + 6]
     local key = KEYS[ki + i]
     local ok, remaining, reset, retry, cost, limit, wv = 0, 0, 0, -1, 0, 0, nil
+    local v = pre[ki + i]
+    if written then
+      local w = written[key]
+      if w then v = w end
+    end
     if kind == '4' then

@@ -17,8 +17,9 @@
     wvs[i], xs[i], kinds[i] = wv, x, kind
     r1[i], r2[i], r3[i], r4[i] = ok, remaining, reset, retry
   end
-  -- The deadline ("0": none) is read only when it can matter.
-  if admitted and rdl > '0' and st > rdl + 0 then
+  -- A deadline ("0": none) is read only when it can matter: the request
+  -- writes, and TIME is past the call's earliest deadline.
+  if admitted and late and rdl > '0' and st > rdl + 0 then
     -- Past its deadline: expired, nothing written.
     o = o + 1
     out[o] = -1

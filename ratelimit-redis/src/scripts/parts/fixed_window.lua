@@ -1,10 +1,10 @@
 -- Fixed window: decide. Mirrors ratelimit-core/src/model/fixed_window.rs.
 -- State: the string `window:count`. In: key, now; x = cost, y = limit,
--- z = window in µs. A state of any other window is a fresh one.
+-- z = window in µs; v = the stored string (false: none), read by the
+-- script around this part. A state of any other window is a fresh one.
 cost, limit = x, y
 local idx = (now - fmod(now, z)) / z
 local count = 0
-local v = call('GET', key)
 if v then
   local j = find(v, ':', 1, true)
   if j and tonumber(sub(v, 1, j - 1)) == idx then count = tonumber(sub(v, j + 1)) end

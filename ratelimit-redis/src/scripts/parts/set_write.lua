@@ -1,2 +1,3 @@
--- A string state: one SET with its expiry.
-call('SET', key, wv, 'PX', ms)
+-- A string state: one write with its expiry (PSETEX: SET ... PX without
+-- the option parsing).
+call('PSETEX', key, ms, wv)

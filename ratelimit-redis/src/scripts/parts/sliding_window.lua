@@ -1,11 +1,11 @@
 -- Sliding window counter: decide. Mirrors
 -- ratelimit-core/src/model/sliding_window.rs. State: the string
--- `window:prev:curr`. In: key, now; x = cost, y = limit, z = window in µs.
+-- `window:prev:curr`. In: key, now; x = cost, y = limit, z = window in µs;
+-- v = the stored string (false: none), read by the script around this part.
 cost, limit = x, y
 local e = fmod(now, z)
 local idx = (now - e) / z
 local prev, curr = 0, 0
-local v = call('GET', key)
 if v then
   local j = find(v, ':', 1, true)
   local k = j and find(v, ':', j + 1, true)

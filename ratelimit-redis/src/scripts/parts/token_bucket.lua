@@ -2,13 +2,13 @@
 -- State: the theoretical arrival time (the instant the bucket is full
 -- again) as one integer `tat` in µs, or `tat:rem` when the rate leaves a
 -- sub-µs remainder (rem in bucket units). In: key, now; x = need (cost *
--- unit), y = refill (units per µs), z = full (capacity * unit), u = unit.
+-- unit), y = refill (units per µs), z = full (capacity * unit), u = unit;
+-- v = the stored string (false: none), read by the script around this part.
 -- Every value stays within full + refill <= 2^52 and tat <= now + full
 -- < 2^53 (checked by the quota and the clock bound), exact in Lua's
 -- doubles; (a - fmod(a, b)) / b is the exact floor of a / b for a >= 0.
 cost, limit = x / u, z / u
 local delta, rho = 0, 0
-local v = call('GET', key)
 if v then
   local tat
   local j = find(v, ':', 1, true)

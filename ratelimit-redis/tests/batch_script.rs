@@ -1,0 +1,131 @@
+//! The batch script called directly, on a real server, with deadlines and
+//! keys chosen by the test: the paths group commit takes only under load
+//! or faults. A request past its deadline when the script reaches it
+//! writes nothing while the others of its call are decided; a key that
+//! repeats in one call is read as the requests before it left it; a call
+//! of more keys than one read fetches (1,000) reads every key's state.
+
+use ratelimit_core::{Charge, Quota, Rate};
+use ratelimit_redis::decode::{self, Outcome};
+use ratelimit_redis::scripts::{Call, Request};
+use ratelimit_testkit::redis_server::RedisServer;
+
+/// Far ahead of any server's clock, in µs.
+const FAR: i64 = 9_000_000_000_000_000;
+
+fn run(server: &RedisServer, call: &Call) -> Vec<i64> {
+    let mut invocation = call.script.redis().prepare_invoke();
+    for k in &call.keys {
+        invocation.key(k);
+    }
+    for a in &call.args {
+        invocation.arg(a);
+    }
+    invocation
+        .invoke(&mut server.connection())
+        .expect("the batch script runs")
+}
+
+/// Each request's first quota: admitted (true), denied (false) or expired
+/// (None).
+fn outcomes(reply: &[i64], requests: usize) -> Vec<Option<bool>> {
+    let (outcomes, _) = decode::batch(reply, &vec![1; requests]).expect("a batch reply");
+    outcomes
+        .into_iter()
+        .map(|o| match o {
+            Outcome::Decided(d) => Some(d[0] == 1),
+            Outcome::Expired => None,
+        })
+        .collect()
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<u64>(&mut server.connection())
+        .expect("EXISTS")
+        == 1
+}
+
+fn bucket() -> Quota {
+    Quota::token_bucket(Rate::per_hour(1), 1).unwrap()
+}
+
+#[test]
+fn a_request_past_its_deadline_expires_alone_in_its_call() {
+    let server = RedisServer::start_local();
+    let q = bucket();
+    let prefix = server.prefix();
+    let late = Request::new(prefix, b"late", &[Charge::new(&q, 1)], None);
+    let none = Request::new(prefix, b"none", &[Charge::new(&q, 1)], None);
+    let ahead = Request::new(prefix, b"ahead", &[Charge::new(&q, 1)], None);
+    let late_key = late.keys[0].clone();
+    // Deadlines in the server's µs: 1 (long past), none, far ahead; and in
+    // the other order, so that the earliest is not always the first.
+    for order in [[0, 1, 2], [2, 1, 0]] {
+        let requests = [(&late, 1), (&none, 0), (&ahead, FAR)];
+        let call = Call::batch(&order.map(|i| requests[i]));
+        let got = outcomes(&run(&server, &call), 3);
+        let by_request: Vec<Option<bool>> = (0..3)
+            .map(|r| got[order.iter().position(|&i| i == r).unwrap()])
+            .collect();
+        assert_eq!(by_request[0], None, "past its deadline: expired");
+        assert!(!exists(&server, &late_key), "an expired request wrote");
+        assert!(by_request[1].is_some() && by_request[2].is_some());
+    }
+    // The fresh buckets of "none" and "ahead" were spent by the first call.
+    let call = Call::batch(&[(&none, 0), (&ahead, FAR)]);
+    assert_eq!(
+        outcomes(&run(&server, &call), 2),
+        [Some(false), Some(false)]
+    );
+}
+
+#[test]
+fn a_key_repeated_in_a_call_sees_the_writes_before_it() {
+    let server = RedisServer::start_local();
+    let q = bucket();
+    let prefix = server.prefix();
+    let a = Request::new(prefix, b"a", &[Charge::new(&q, 1)], None);
+    let b = Request::new(prefix, b"b", &[Charge::new(&q, 1)], None);
+    // A bucket of one: the first request on a key admits, the next denies.
+    let call = Call::batch(&[(&a, FAR), (&b, FAR), (&a, FAR), (&b, FAR), (&a, FAR)]);
+    assert_eq!(
+        outcomes(&run(&server, &call), 5),
+        [
+            Some(true),
+            Some(true),
+            Some(false),
+            Some(false),
+            Some(false)
+        ]
+    );
+}
+
+#[test]
+fn a_call_of_more_keys_than_one_read_takes_reads_every_key() {
+    let server = RedisServer::start_local();
+    let q = bucket();
+    let prefix = server.prefix();
+    let callers: Vec<Request> = (0..2_345)
+        .map(|i| {
+            Request::new(
+                prefix,
+                format!("c{i}").as_bytes(),
+                &[Charge::new(&q, 1)],
+                None,
+            )
+        })
+        .collect();
+    // Every other caller spends its bucket of one first.
+    let spent: Vec<(&Request, i64)> = callers.iter().step_by(2).map(|r| (r, FAR)).collect();
+    let first = outcomes(&run(&server, &Call::batch(&spent)), spent.len());
+    assert!(first.iter().all(|o| *o == Some(true)));
+    // Then all of them in one call of 2,345 keys (three reads): the spent
+    // ones deny, the others admit.
+    let all: Vec<(&Request, i64)> = callers.iter().map(|r| (r, FAR)).collect();
+    let got = outcomes(&run(&server, &Call::batch(&all)), all.len());
+    for (i, o) in got.iter().enumerate() {
+        assert_eq!(*o, Some(i % 2 == 1), "caller {i}");
+    }
+}
