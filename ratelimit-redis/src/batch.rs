@@ -389,8 +389,11 @@ async fn send_once(
             continue;
         }
         let index = engine.clock_index(item.request.slot());
-        match engine.clocks().server_deadline(index, item.deadline) {
-            Some(d) if item.deadline > now => live.push((item, d)),
+        match engine
+            .clocks()
+            .server_deadline_at(index, item.deadline, now)
+        {
+            Some(d) => live.push((item, d)),
             // Past its deadline before it could be sent: nothing counted.
             _ => {
                 let _ = item.reply.send(Err(StoreError::Expired));

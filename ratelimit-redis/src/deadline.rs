@@ -125,7 +125,12 @@ impl ServerClock {
     /// [`NO_DEADLINE_YET`] before the first reply. `None` when `deadline`
     /// has already passed here: nothing should be sent.
     pub fn server_deadline(&self, index: usize, deadline: Instant) -> Option<i64> {
-        let now = Instant::now();
+        self.server_deadline_at(index, deadline, Instant::now())
+    }
+
+    /// As [`ServerClock::server_deadline`], with the local clock read
+    /// `now` (one reading for every request of a batch).
+    pub fn server_deadline_at(&self, index: usize, deadline: Instant, now: Instant) -> Option<i64> {
         if deadline <= now {
             return None;
         }

@@ -34,7 +34,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
 use std::time::Duration;
@@ -192,6 +192,9 @@ pub struct Domains {
     base: Instant,
     breaker: CircuitBreaker,
     map: RwLock<HashMap<Arc<str>, Arc<Domain>>>,
+    /// The first domain named: a single node's only one, found without the
+    /// map's lock and hash.
+    first: OnceLock<Arc<Domain>>,
 }
 
 impl Domains {
@@ -201,6 +204,7 @@ impl Domains {
             base: Instant::now(),
             breaker,
             map: RwLock::default(),
+            first: OnceLock::new(),
         }
     }
 
@@ -223,14 +227,21 @@ impl Domains {
 
     /// The domain named `name`, created on first use.
     pub fn get(&self, name: &str) -> Arc<Domain> {
+        if let Some(d) = self.first.get() {
+            if *d.name == *name {
+                return Arc::clone(d);
+            }
+        }
         if let Some(d) = self.map.read().unwrap_or_else(|p| p.into_inner()).get(name) {
             return Arc::clone(d);
         }
         let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(
+        let d = Arc::clone(
             map.entry(Arc::from(name))
                 .or_insert_with(|| Arc::new(Domain::new(Arc::from(name), self.breaker))),
-        )
+        );
+        let _ = self.first.set(Arc::clone(&d));
+        d
     }
 
     /// Every domain's name and breaker state now.

@@ -96,6 +96,13 @@ pub fn escape_into(caller: &[u8], out: &mut String) {
         out.push('%');
         return;
     }
+    if caller.iter().all(|&b| is_safe(b)) {
+        // Safe bytes are ASCII: the caller as it is, in one copy.
+        if let Ok(s) = std::str::from_utf8(caller) {
+            out.push_str(s);
+            return;
+        }
+    }
     out.reserve(caller.len());
     for &b in caller {
         if is_safe(b) {
@@ -120,7 +127,12 @@ pub fn escaped_len(caller: &[u8]) -> usize {
 /// ([`escape_into`]) when that is at most [`MAX_ESCAPED_CALLER_LEN`] bytes,
 /// else `#` and the lower-case hex SHA-256 of the caller's bytes.
 pub fn tag_into(caller: &[u8], out: &mut String) {
-    if escaped_len(caller) <= MAX_ESCAPED_CALLER_LEN {
+    tag_into_escaping_to(caller, escaped_len(caller), out);
+}
+
+/// As [`tag_into`], `escaped` being [`escaped_len`] of `caller`.
+fn tag_into_escaping_to(caller: &[u8], escaped: usize, out: &mut String) {
+    if escaped <= MAX_ESCAPED_CALLER_LEN {
         escape_into(caller, out);
         return;
     }
@@ -257,11 +269,12 @@ pub const DEFAULT_POLICY: &str = "default";
 pub fn key(prefix: &str, caller: &[u8], quota: &Quota) -> String {
     let name = quota.name();
     let code = layout_code(quota.kind());
-    let caller_len = escaped_len(caller).min(MAX_ESCAPED_CALLER_LEN);
+    let escaped = escaped_len(caller);
+    let caller_len = escaped.min(MAX_ESCAPED_CALLER_LEN);
     let mut out = String::with_capacity(prefix.len() + caller_len + name.len() + 9);
     out.push_str(prefix);
     out.push_str(":{");
-    tag_into(caller, &mut out);
+    tag_into_escaping_to(caller, escaped, &mut out);
     out.push_str("}:");
     if name != DEFAULT_POLICY {
         out.push_str(name);
