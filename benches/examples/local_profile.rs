@@ -16,6 +16,7 @@
 //! one door, answered in place), `sync` (`LocalStore::decide_now`),
 //! `limiter` (`Limiter::check(..).await` in a loop inside one task),
 //! `limiter_ready` (`Limiter::check(..).into_ready()`, no runtime),
+//! `limiter_await` (`Limiter::check(..).await` in a future polled once),
 //! `limiter_boxed` (each check inside its own boxed future polled once, as
 //! a tower layer drives it), `governor`; the quota is the admit-everything
 //! token bucket of the `local` bench (1e9/s, burst 1000), or with `plan`
@@ -151,6 +152,14 @@ fn main() {
                 Err(_) => panic!("the local store answers in place"),
             })
         }
+        "limiter_await" => {
+            let limiter = limiter();
+            // A plain `.await` of each check inside a future polled once
+            // (not boxed): what an `async fn` handler does.
+            measured(&keys, n, |k| {
+                ready(async { limiter.check(k).await.allowed })
+            })
+        }
         "limiter_boxed" => {
             let limiter = limiter();
             // As a tower layer drives it: a boxed future per request,
@@ -184,7 +193,7 @@ fn main() {
         }
         other => panic!(
             "unknown implementation {other:?}: model, store, sync, limiter, limiter_ready, \
-             limiter_boxed or governor"
+             limiter_await, limiter_boxed or governor"
         ),
     };
     println!("{what}: {ok} of {n} admitted");

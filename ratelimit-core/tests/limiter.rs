@@ -209,6 +209,69 @@ async fn long_callers_are_namespaced_too() {
     }
 }
 
+/// [`Recording`], answering in place: a plain limiter decides with it
+/// without a future.
+#[derive(Debug, Default)]
+struct InPlaceRecording(Recording);
+
+impl Store for InPlaceRecording {
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        match self.0.answer(request).map(Decisions::into_single) {
+            Ok(Ok(d)) => Answer::decided(d),
+            Ok(Err(ds)) => Answer::ready(Ok(ds)),
+            Err(e) => Answer::ready(Err(e)),
+        }
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default().in_process(true)
+    }
+}
+
+/// The key a check decided in place builds (in a short buffer, word by
+/// word) is exactly `namespace ~ caller`, for namespaces and callers of
+/// every length around the buffer's bounds, and every decision is counted.
+#[tokio::test]
+async fn keys_built_in_place_are_the_namespace_and_the_caller() {
+    let lengths = [
+        0usize, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 80, 81, 95,
+        96, 97, 200,
+    ];
+    for ns_len in [1usize, 2, 14, 15, 16, 17, 63, 64] {
+        let namespace: String = (0..ns_len)
+            .map(|i| (b'a' + (i % 26) as u8) as char)
+            .collect();
+        let store = Arc::new(InPlaceRecording::default());
+        let l = Limiter::builder_arc(store.clone())
+            .quota(quota())
+            .namespace(&namespace)
+            .unwrap()
+            .build()
+            .unwrap();
+        for &n in &lengths {
+            let caller: Vec<u8> = (0..n).map(|i| b'A' + (i % 26) as u8).collect();
+            let mut want = namespace.as_bytes().to_vec();
+            want.push(b'~');
+            want.extend_from_slice(&caller);
+            // Keys of up to 96 bytes are built without an allocation and
+            // decided in place; longer ones are owned by a future.
+            let d = match l.check(&caller).into_ready() {
+                Ok(d) => d,
+                Err(pending) => {
+                    assert!(want.len() > 96, "{} bytes decided later", want.len());
+                    pending.await
+                }
+            };
+            assert!(d.allowed && d.is_from_store());
+            assert_eq!(
+                store.0.keys.lock().unwrap().last().unwrap(),
+                &want,
+                "namespace of {ns_len} bytes, caller of {n}"
+            );
+        }
+        assert_eq!(l.stats().allowed, lengths.len() as u64);
+    }
+}
+
 /// A store that answers in place: its answer is taken without polling.
 #[derive(Debug)]
 struct SyncOnly;

@@ -683,7 +683,10 @@ impl LocalStore {
 impl Store for LocalStore {
     #[inline]
     fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
-        if let ([c], false) = (request.charges, request.deadline.has_passed()) {
+        if let [c] = request.charges {
+            if request.deadline.has_passed() {
+                return Answer::ready(Err(ratelimit_core::StoreError::Expired));
+            }
             return match self.decide_single(request.key, c.quota, c.cost) {
                 Ok(d) => Answer::decided(d),
                 Err(e) => Answer::ready(Err(e)),

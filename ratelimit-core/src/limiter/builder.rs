@@ -252,6 +252,12 @@ impl LimiterBuilder {
         }
         let fingerprints = self.quotas.iter().map(fingerprint).collect();
         let seed = clock.now() ^ (Arc::as_ptr(&self.store) as *const () as usize as u64);
+        #[cfg(feature = "deny-cache")]
+        let cache = self.deny_cache.is_some();
+        #[cfg(not(feature = "deny-cache"))]
+        let cache = false;
+        // In-process stores get no breaker (below).
+        let plain = capabilities.in_process && !cache && !self.shadow.iter().any(|&s| s);
         Ok(Limiter {
             inner: Arc::new(Inner {
                 labels: telemetry::Labels::new(&self.namespace),
@@ -267,6 +273,7 @@ impl LimiterBuilder {
                 clock,
                 counters: Counters::default(),
                 in_process: std::sync::atomic::AtomicBool::new(capabilities.in_process),
+                plain: std::sync::atomic::AtomicBool::new(plain),
                 last_warning: AtomicU64::new(0),
                 last_shadow_log: AtomicU64::new(0),
                 // An in-process store is never unavailable: its failures are

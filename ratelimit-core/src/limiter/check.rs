@@ -14,6 +14,11 @@ use super::NAMESPACE_SEPARATOR;
 /// Store keys up to this many bytes are built without an allocation.
 pub(crate) const INLINE_KEY: usize = 96;
 
+/// Store keys up to this many bytes (with a namespace of up to 15 bytes)
+/// are built in the smaller buffer of a plain limiter's check: caller ids,
+/// UUIDs, IP addresses.
+pub(crate) const SHORT_KEY: usize = 64;
+
 /// The future of [`super::Limiter::check`]: a decision that was ready when
 /// `check` was called (an in-process store: no allocation, nothing left to
 /// do but hand it over), or one still waiting for the store.
@@ -72,13 +77,14 @@ impl fmt::Debug for Check<'_> {
 impl Future for Check<'_> {
     type Output = Decision;
 
+    /// A ready decision is handed over as a copy (it is a few plain
+    /// words), so polling writes nothing; polled again after completion,
+    /// the future gives the same decision again.
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Decision> {
         match &mut self.0 {
-            Repr::Ready(d) => match d.take() {
-                Some(d) => Poll::Ready(d),
-                None => Poll::Pending,
-            },
+            Repr::Ready(Some(d)) => Poll::Ready(d.clone()),
+            Repr::Ready(None) => Poll::Pending,
             Repr::Pending(f) => f.as_mut().poll(cx),
         }
     }
@@ -153,20 +159,34 @@ fn copy_short(dst: &mut [u8], src: &[u8]) {
     }
 }
 
-/// `namespace ~ caller` written into `buf`, if it fits.
+/// `namespace ~ caller` written into `buf`, if it fits (a buffer shorter
+/// than the longest prefix takes only prefixes of up to 16 bytes).
 #[inline(always)]
-pub(crate) fn key_in<'b>(
+pub(crate) fn key_in<'b, const N: usize>(
     prefix: &Prefix,
     caller: &[u8],
-    buf: &'b mut [u8; INLINE_KEY],
+    buf: &'b mut [u8; N],
 ) -> Option<&'b [u8]> {
-    let len = prefix.len + caller.len();
-    if len > INLINE_KEY {
+    let (p, n) = (prefix.len, caller.len());
+    // The usual short namespace and a caller that fits after 16 bytes:
+    // both bounded, so no sum overflows and every slice is seen in bounds.
+    // The prefix's 16-byte block is copied whole; the caller's bytes then
+    // overwrite its zero tail.
+    if p <= 16 && n <= N.saturating_sub(16) {
+        if let (Some(dst), Some(src)) = (
+            buf.first_chunk_mut::<16>(),
+            prefix.bytes.first_chunk::<16>(),
+        ) {
+            *dst = *src;
+        }
+        copy_short(buf.get_mut(p..p + n)?, caller);
+        return buf.get(..p + n);
+    }
+    let len = p.checked_add(n)?;
+    if len > N {
         return None;
     }
-    // The prefix's fixed-size block, copied whole (16 bytes for the usual
-    // short namespace): the caller's bytes then overwrite its zero tail.
-    if prefix.len <= 16 {
+    if p <= 16 {
         if let (Some(dst), Some(src)) = (
             buf.first_chunk_mut::<16>(),
             prefix.bytes.first_chunk::<16>(),
@@ -175,8 +195,10 @@ pub(crate) fn key_in<'b>(
         }
     } else if let Some(dst) = buf.first_chunk_mut::<PREFIX_MAX>() {
         *dst = prefix.bytes;
+    } else {
+        return None;
     }
-    copy_short(buf.get_mut(prefix.len..len)?, caller);
+    copy_short(buf.get_mut(p..len)?, caller);
     buf.get(..len)
 }
 

@@ -134,6 +134,9 @@ struct Inner {
     /// Whether the store answers in place ([`crate::store::Capabilities::in_process`]),
     /// until it once answers pending: checks then decide without a future.
     in_process: AtomicBool,
+    /// `in_process`, and no shadow quota, deny cache or breaker: a check
+    /// needs nothing but the store's decision and the counters.
+    plain: AtomicBool,
     last_warning: AtomicU64,
     last_shadow_log: AtomicU64,
     breaker: Option<Health>,
@@ -177,11 +180,18 @@ impl Limiter {
     ///
     /// With one quota and an in-process store the decision is made here,
     /// synchronously, and the returned [`Check`] only hands it over: no
-    /// future is boxed and nothing is allocated for a key up to 128 bytes.
-    /// A cost of 1 is valid for every quota, so this cannot fail.
+    /// future is boxed and nothing is allocated for a store key
+    /// (namespace, `~` and caller) of up to 96 bytes. A cost of 1 is valid
+    /// for every quota, so this cannot fail.
     #[inline]
     pub fn check(&self, caller: impl AsRef<[u8]>) -> Check<'_> {
-        let caller = caller.as_ref();
+        self.check_caller(caller.as_ref())
+    }
+
+    /// [`Limiter::check`], not generic: one function the callers share,
+    /// with the index and cost of a single quota known.
+    #[inline(never)]
+    fn check_caller(&self, caller: &[u8]) -> Check<'_> {
         match &self.inner.quotas[..] {
             [q] => self.check_one(0, q, caller, 1),
             _ => self.check_several(caller),

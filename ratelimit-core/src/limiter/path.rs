@@ -17,7 +17,7 @@ use crate::model::Charge;
 use crate::quota::Quota;
 use crate::store::{Answer, Deadline, Decisions, Request, first};
 
-use super::check::{Check, INLINE_KEY, KeyBuf, key_in};
+use super::check::{Check, INLINE_KEY, KeyBuf, SHORT_KEY, key_in};
 use super::telemetry;
 use super::timer::{Guard, Guarded};
 use super::{FailurePolicy, Limiter};
@@ -94,7 +94,98 @@ impl Limiter {
     /// One quota (`index` in the limiter's quotas, or `usize::MAX` for a
     /// quota from [`Limiter::check_quota`]): decided in place when the
     /// store answers in place, else through a future.
+    ///
+    /// The common case is a plain limiter (an in-process store; no shadow
+    /// quota, deny cache or breaker: one flag, set when the limiter is
+    /// built) with no subscriber taking debug spans and a short key: it
+    /// is decided here, with nothing but the key, the request, the store's
+    /// answer and the counters. Anything else goes to
+    /// [`Limiter::check_one_full`], and everything but a decision the store
+    /// made to a cold function.
+    #[inline(always)]
     pub(super) fn check_one<'a>(
+        &'a self,
+        index: usize,
+        quota: &'a Quota,
+        caller: &[u8],
+        cost: u64,
+    ) -> Check<'a> {
+        let inner = &*self.inner;
+        if !inner.plain.load(Ordering::Relaxed) || telemetry::spans_enabled() {
+            return self.check_one_full(index, quota, caller, cost);
+        }
+        let mut buf = [0u8; SHORT_KEY];
+        let Some(key) = key_in(&inner.prefix, caller, &mut buf) else {
+            return self.check_one_full(index, quota, caller, cost);
+        };
+        let charges = [Charge {
+            quota,
+            cost,
+            shadow: false,
+        }];
+        let request = Request::new(key, &charges).with_deadline(Deadline::within(inner.timeout));
+        let store = &*inner.store;
+        let started = telemetry::Started::now();
+        // The decision is counted and moved into the check inside the
+        // panic guard (nothing but the check is moved out of it); any
+        // other answer is kept for the cold path. A panic leaves both
+        // `None`.
+        let mut check = None;
+        let mut other = None;
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let mut answer = store.decide(request);
+            match answer.decided_mut() {
+                Some(d) => {
+                    self.count_in(d, quota, None);
+                    check = Some(Check::from_answer(Some(answer)));
+                }
+                None => other = Some(answer),
+            }
+        }));
+        started.record(&inner.labels);
+        match check {
+            Some(check) => check,
+            None => self.plain_undecided(index, quota, caller, cost, other),
+        }
+    }
+
+    /// What a plain limiter's store answered that is not a decision made
+    /// in place (`None`: the store panicked). The key is built again here,
+    /// so that the hot path keeps less across the store's call.
+    #[cold]
+    #[inline(never)]
+    fn plain_undecided<'a>(
+        &'a self,
+        index: usize,
+        quota: &'a Quota,
+        caller: &[u8],
+        cost: u64,
+        answer: Option<Answer<'_>>,
+    ) -> Check<'a> {
+        let key = KeyBuf::new(&self.inner.prefix, caller);
+        let key = key.as_slice();
+        match answer {
+            Some(answer) => {
+                let asked = InPlace {
+                    key,
+                    cost,
+                    shadow: false,
+                    now: 0,
+                };
+                self.in_place_answered(index, quota, caller, asked, answer, None, None)
+            }
+            None => {
+                let failure = self.failed(Failure::Panicked, None);
+                self.in_place_failed(index, quota, caller, key, cost, failure, None)
+            }
+        }
+    }
+
+    /// [`Limiter::check_one`] with everything a limiter may do around the
+    /// store: the deny cache, the breaker, shadow quotas, the decision's
+    /// span, keys of any length.
+    #[inline(never)]
+    fn check_one_full<'a>(
         &'a self,
         index: usize,
         quota: &'a Quota,
@@ -236,6 +327,7 @@ impl Limiter {
                 // never polled (dropping the permit frees a probe's slot).
                 drop((pending, permit));
                 self.inner.in_process.store(false, Ordering::Relaxed);
+                self.inner.plain.store(false, Ordering::Relaxed);
                 drop(entered);
                 return self.one_later(index, quota, caller, cost, Left::Pending);
             }

@@ -43,8 +43,10 @@ const SHARED: usize = 4;
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub(crate) struct Stripe {
-    pub(crate) allowed: AtomicU64,
+    // `denied` before `allowed`: a store decision's counter is then the
+    // stripe's word number `allowed as usize`, with no select.
     pub(crate) denied: AtomicU64,
+    pub(crate) allowed: AtomicU64,
     pub(crate) fail_open: AtomicU64,
     pub(crate) fail_closed: AtomicU64,
     pub(crate) fallback: AtomicU64,
@@ -66,11 +68,24 @@ pub(crate) struct Counters {
 impl Counters {
     /// Adds one to the counter `pick` chooses, in the calling thread's
     /// stripe.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn bump(&self, pick: impl FnOnce(&Stripe) -> &AtomicU64) {
+        // An owned stripe: one test of the thread's stripe index.
+        if let Some(stripe) = self.owned.get(STRIPE.with(Cell::get)) {
+            // The only writer of this stripe: no read-modify-write.
+            let c = pick(stripe);
+            c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+            return;
+        }
+        self.bump_claimed(pick);
+    }
+
+    /// [`Counters::bump`] in a thread that has not claimed its stripe yet,
+    /// or shares one.
+    #[inline(never)]
+    fn bump_claimed(&self, pick: impl FnOnce(&Stripe) -> &AtomicU64) {
         match claim() {
             Claim::Owned(i) => {
-                // The only writer of this stripe: no read-modify-write.
                 let c = pick(&self.owned[i % OWNED]);
                 c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
             }

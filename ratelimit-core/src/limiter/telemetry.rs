@@ -154,11 +154,18 @@ pub(crate) fn span(namespace: &str) -> tracing::Span {
     )
 }
 
+/// Whether a subscriber may take debug spans (one load of tracing's
+/// global level filter).
+#[inline(always)]
+pub(crate) fn spans_enabled() -> bool {
+    tracing::level_enabled!(tracing::Level::DEBUG)
+}
+
 /// The span of a decision, or `None` when no subscriber takes debug spans
 /// (checked before anything is built for it).
 #[inline]
 pub(crate) fn span_if_enabled(namespace: &str) -> Option<tracing::Span> {
-    if !tracing::level_enabled!(tracing::Level::DEBUG) {
+    if !spans_enabled() {
         return None;
     }
     let span = span(namespace);
