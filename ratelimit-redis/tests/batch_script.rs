@@ -47,18 +47,21 @@ fn exists(server: &RedisServer, key: &str) -> bool {
         == 1
 }
 
-fn bucket() -> Quota {
-    Quota::token_bucket(Rate::per_hour(1), 1).unwrap()
+/// A request of `caller` on a token bucket of one refilling one an hour.
+fn request(server: &RedisServer, caller: &str) -> Request {
+    let q = Quota::token_bucket(Rate::per_hour(1), 1).unwrap();
+    Request::new(
+        server.prefix(),
+        caller.as_bytes(),
+        &[Charge::new(&q, 1)],
+        None,
+    )
 }
 
 #[test]
 fn a_request_past_its_deadline_expires_alone_in_its_call() {
     let server = RedisServer::start_local();
-    let q = bucket();
-    let prefix = server.prefix();
-    let late = Request::new(prefix, b"late", &[Charge::new(&q, 1)], None);
-    let none = Request::new(prefix, b"none", &[Charge::new(&q, 1)], None);
-    let ahead = Request::new(prefix, b"ahead", &[Charge::new(&q, 1)], None);
+    let [late, none, ahead] = ["late", "none", "ahead"].map(|c| request(&server, c));
     let late_key = late.keys[0].clone();
     // Deadlines in the server's µs: 1 (long past), none, far ahead; and in
     // the other order, so that the earliest is not always the first.
@@ -84,10 +87,7 @@ fn a_request_past_its_deadline_expires_alone_in_its_call() {
 #[test]
 fn a_key_repeated_in_a_call_sees_the_writes_before_it() {
     let server = RedisServer::start_local();
-    let q = bucket();
-    let prefix = server.prefix();
-    let a = Request::new(prefix, b"a", &[Charge::new(&q, 1)], None);
-    let b = Request::new(prefix, b"b", &[Charge::new(&q, 1)], None);
+    let [a, b] = ["a", "b"].map(|c| request(&server, c));
     // A bucket of one: the first request on a key admits, the next denies.
     let call = Call::batch(&[(&a, FAR), (&b, FAR), (&a, FAR), (&b, FAR), (&a, FAR)]);
     assert_eq!(
@@ -105,17 +105,8 @@ fn a_key_repeated_in_a_call_sees_the_writes_before_it() {
 #[test]
 fn a_call_of_more_keys_than_one_read_takes_reads_every_key() {
     let server = RedisServer::start_local();
-    let q = bucket();
-    let prefix = server.prefix();
     let callers: Vec<Request> = (0..2_345)
-        .map(|i| {
-            Request::new(
-                prefix,
-                format!("c{i}").as_bytes(),
-                &[Charge::new(&q, 1)],
-                None,
-            )
-        })
+        .map(|i| request(&server, &format!("c{i}")))
         .collect();
     // Every other caller spends its bucket of one first.
     let spent: Vec<(&Request, i64)> = callers.iter().step_by(2).map(|r| (r, FAR)).collect();
