@@ -655,6 +655,34 @@ fn main() {
         .block_on(run(a));
 }
 
+/// Runs one phase of one contender on a runtime of its own, shut down when
+/// the phase ends: what the contender spawned stops with it. (Limitador's
+/// cached storage flushes its counters from a task of its own, which on a
+/// shared runtime kept writing to the server through the contenders after
+/// it: their throughput and their bytes per caller.)
+async fn isolated<T, F, Fut>(phase: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T>,
+{
+    tokio::task::spawn_blocking(move || {
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            let out = rt.block_on(phase());
+            rt.shutdown_timeout(Duration::from_secs(1));
+            out
+        })
+        .join()
+        .expect("a contender's phase")
+    })
+    .await
+    .expect("a contender's phase")
+}
+
 async fn run(a: Args) {
     let mut options = ServerOptions::new().args(["--save", "", "--appendonly", "no"]);
     if let Some(cell) = &a.cell {
@@ -698,8 +726,12 @@ async fn run(a: Args) {
         for &tasks in &a.callers {
             for &peer in &peers {
                 flush(&url);
-                let decide = contender(peer, &url, Spec::ADMIT, a.keys, 1, "").await;
-                let m = throughput(&url, &decide, tasks, a.keys, a.seconds).await;
+                let (url, keys, seconds) = (url.clone(), a.keys, a.seconds);
+                let m = isolated(move || async move {
+                    let decide = contender(peer, &url, Spec::ADMIT, keys, 1, "").await;
+                    throughput(&url, &decide, tasks, keys, seconds).await
+                })
+                .await;
                 eprintln!(
                     "run {run} callers {tasks:>3} {:<24} {:>9.0}/s server {:>6.2} µs client {:>6.2} µs per call {:>5.1} p50 {:>8.1} µs p99 {:>8.1} µs errors {}",
                     peer.name(),
@@ -766,8 +798,16 @@ async fn run(a: Args) {
     );
     let _ = writeln!(out, "|---|---:|---|---:|");
     for &peer in peers.iter().filter(|p| **p != Peer::Floor) {
-        let m = within_limit(&url, peer).await;
-        let bytes = bytes_per_caller(&url, peer, a.keys).await;
+        let m = isolated({
+            let url = url.clone();
+            move || async move { within_limit(&url, peer).await }
+        })
+        .await;
+        let bytes = isolated({
+            let (url, keys) = (url.clone(), a.keys);
+            move || async move { bytes_per_caller(&url, peer, keys).await }
+        })
+        .await;
         // One token may refill during the run (1,000 per hour).
         let verdict = if m.allowed <= Spec::LIMIT.burst + 1 {
             "yes".to_string()
