@@ -118,11 +118,7 @@ impl Limiter {
         let Some(key) = key_in(&inner.prefix, caller, &mut buf) else {
             return self.check_one_full(index, quota, caller, cost);
         };
-        let charges = [Charge {
-            quota,
-            cost,
-            shadow: false,
-        }];
+        let charges = enforced(quota, cost);
         let request = Request::new(key, &charges).with_deadline(Deadline::within(inner.timeout));
         let store = &*inner.store;
         let started = telemetry::Started::now();
@@ -222,11 +218,7 @@ impl Limiter {
                 return self.in_place_failed(index, quota, caller, key, cost, failure, span);
             }
         };
-        let charges = [Charge {
-            quota,
-            cost,
-            shadow: false,
-        }];
+        let charges = enforced(quota, cost);
         let request = Request::new(key, &charges).with_deadline(Deadline::within(inner.timeout));
         let store = &*inner.store;
         let started = telemetry::Started::now();
@@ -1035,4 +1027,14 @@ fn cached_decision(hit: &super::deny_cache::Hit, quota: &Quota, now: Micros) -> 
         retry_after: Some(Duration::from_micros(hit.until - now)),
         source: Source::Cache,
     }
+}
+
+/// One enforced (not shadow) charge of `cost` on `quota`.
+#[inline(always)]
+fn enforced(quota: &Quota, cost: u64) -> [Charge<'_>; 1] {
+    [Charge {
+        quota,
+        cost,
+        shadow: false,
+    }]
 }
