@@ -27,8 +27,9 @@
 //! `(a - math.fmod(a, b)) / b`, exact because `fmod` is), and returns
 //! integers only (Redis truncates Lua numbers in replies). The scripts are
 //! lean: no closures created per call, one `GET` for a counter or bucket
-//! state and O(log n) sorted-set lookups for a log, integers formatted with
-//! `'%d'`.
+//! state (a batch reads every request's with one `MGET`) and one `PSETEX`
+//! to write it, O(log n) sorted-set lookups for a log, integers formatted
+//! with `'%d'`.
 //!
 //! Single-quota calling convention:
 //!
