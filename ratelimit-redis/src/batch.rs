@@ -91,6 +91,10 @@ struct State {
 /// How far apart the readings of the node's rate are taken.
 const RATE_STEP: std::time::Duration = std::time::Duration::from_millis(10);
 
+/// The oldest reading a rate is taken over: a queue that sat idle longer
+/// is judged as when no rate is known yet.
+const RATE_STALE: std::time::Duration = std::time::Duration::from_millis(40);
+
 impl State {
     /// Counts `n` requests taken at `now`.
     fn count_taken(&mut self, n: usize, now: Instant) {
@@ -105,11 +109,16 @@ impl State {
     }
 
     /// Requests per second the node's calls have taken over the last
-    /// 10-20 ms; `None` before the first reading that old.
+    /// 10-20 ms; `None` before the first reading that old, and when the
+    /// older reading is more than [`RATE_STALE`] old (the node sat idle
+    /// between: its rate over that time says nothing of what it can take).
     fn rate(&self, now: Instant) -> Option<f64> {
         let (at, count) = self.mark?;
-        let secs = now.saturating_duration_since(at).as_secs_f64();
-        (secs > 0.0).then(|| (self.taken - count) as f64 / secs)
+        let since = now.saturating_duration_since(at);
+        if since.is_zero() || since > RATE_STALE {
+            return None;
+        }
+        Some((self.taken - count) as f64 / since.as_secs_f64())
     }
 
     /// Whether the queue is congested at `now` with `max` requests per
@@ -665,6 +674,23 @@ mod tests {
         s.count_taken(100, t0 + Duration::from_millis(10));
         let rate = s.rate(t0 + Duration::from_millis(20)).unwrap();
         assert!((rate - 10_000.0).abs() < 1.0, "{rate}");
+        // After an idle second, the readings say nothing of the node.
+        assert_eq!(s.rate(t0 + Duration::from_secs(1)), None);
+    }
+
+    #[test]
+    fn a_burst_after_an_idle_spell_is_not_judged_by_the_idle_rate() {
+        // The node took 10 requests a second ago, then nothing: a burst of
+        // six with 100 ms to go, fresh, goes first in, first out.
+        let (queue, _rx) = queue(&SIX, Duration::from_millis(1), Duration::from_millis(100));
+        {
+            let mut s = queue.lock();
+            let now = Instant::now();
+            s.mark = Some((now - Duration::from_secs(1), 0));
+            s.recent = Some((now - Duration::from_millis(990), 10));
+            s.taken = 10;
+        }
+        assert_eq!(callers(&queue.take(4)), ["q1", "q2", "q3", "q4"]);
     }
 
     #[test]
