@@ -96,13 +96,6 @@ pub fn escape_into(caller: &[u8], out: &mut String) {
         out.push('%');
         return;
     }
-    if caller.iter().all(|&b| is_safe(b)) {
-        // Safe bytes are ASCII: the caller as it is, in one copy.
-        if let Ok(s) = std::str::from_utf8(caller) {
-            out.push_str(s);
-            return;
-        }
-    }
     out.reserve(caller.len());
     for &b in caller {
         if is_safe(b) {
@@ -133,7 +126,15 @@ pub fn tag_into(caller: &[u8], out: &mut String) {
 /// As [`tag_into`], `escaped` being [`escaped_len`] of `caller`.
 fn tag_into_escaping_to(caller: &[u8], escaped: usize, out: &mut String) {
     if escaped <= MAX_ESCAPED_CALLER_LEN {
-        escape_into(caller, out);
+        // Every byte safe (the empty caller's escaped length is 1): safe
+        // bytes are ASCII, so the caller goes in as it is, in one copy.
+        let whole = (escaped == caller.len())
+            .then(|| std::str::from_utf8(caller).ok())
+            .flatten();
+        match whole {
+            Some(s) => out.push_str(s),
+            None => escape_into(caller, out),
+        }
         return;
     }
     let digest = Sha256::digest(caller);
