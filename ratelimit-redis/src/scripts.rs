@@ -196,28 +196,20 @@ const BATCH_LUA: &str = concat!(
     include_str!("scripts/parts/batch_tail.lua"),
 );
 
+/// A single-quota script of an algorithm whose state is one string: read
+/// with one `GET` before its part, written with `set_write.lua` after.
+macro_rules! single_string {
+    ($part:literal) => {
+        single!("local v = call('GET', key)\n", $part, "set_write.lua")
+    };
+}
+
 /// The fixed window script.
-pub static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        "fixed_window",
-        single!(
-            "local v = call('GET', key)\n",
-            "fixed_window.lua",
-            "set_write.lua"
-        ),
-    )
-});
+pub static FIXED_WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new("fixed_window", single_string!("fixed_window.lua")));
 /// The sliding window counter script.
-pub static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        "sliding_window",
-        single!(
-            "local v = call('GET', key)\n",
-            "sliding_window.lua",
-            "set_write.lua"
-        ),
-    )
-});
+pub static SLIDING_WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new("sliding_window", single_string!("sliding_window.lua")));
 /// The sliding log script.
 pub static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -226,16 +218,8 @@ pub static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 /// The token bucket script.
-pub static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        "token_bucket",
-        single!(
-            "local v = call('GET', key)\n",
-            "token_bucket.lua",
-            "set_write.lua"
-        ),
-    )
-});
+pub static TOKEN_BUCKET: LazyLock<Script> =
+    LazyLock::new(|| Script::new("token_bucket", single_string!("token_bucket.lua")));
 
 /// The batch script: requests in order, each over one or more quotas, all
 /// or nothing (see the module docs). A several-quota call is a batch of
