@@ -51,20 +51,20 @@ per_call() { # <redis-benchmark args...>
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-TB_ARGS=(1 1 1000000000 1)
+TB_ARGS=(1 1 1000000000)
 WIN_ARGS=(1 1000000000 1000000)
 single="" multi1="" multi3="" three=""
 for r in $(seq "$ROUNDS"); do
     s=$(per_call EVALSHA "$SHA_TB" 1 "b:{c}:tb2" "$DL" "${TB_ARGS[@]}")
     # Batch layout as the store sends it on the server's clock: min expiry,
     # 1 field per request (one quota set), the earliest deadline, keys
-    # distinct (1), 1 quota set (id 1, n quotas, 6 args per quota), then the
+    # distinct (1), 1 quota set (id 1, n quotas, 5 args per quota), then the
     # request's deadline.
     m1=$(per_call EVALSHA "$SHA_MULTI" 1 "b:{c}:tb2" 0 1 "$DL" 1 1 1 1 4 0 "${TB_ARGS[@]}" "$DL")
     m3=$(per_call EVALSHA "$SHA_MULTI" 3 "b:{c}:fw" "b:{c}:sw" "b:{c}:tb2" 0 1 "$DL" 1 1 1 3 \
-        1 0 "${WIN_ARGS[@]}" "" 2 0 "${WIN_ARGS[@]}" "" 4 0 "${TB_ARGS[@]}" "$DL")
-    f=$(per_call EVALSHA "$SHA_FW" 1 "b:{c}:fw" "$DL" "${WIN_ARGS[@]}" "")
-    w=$(per_call EVALSHA "$SHA_SW" 1 "b:{c}:sw" "$DL" "${WIN_ARGS[@]}" "")
+        1 0 "${WIN_ARGS[@]}" 2 0 "${WIN_ARGS[@]}" 4 0 "${TB_ARGS[@]}" "$DL")
+    f=$(per_call EVALSHA "$SHA_FW" 1 "b:{c}:fw" "$DL" "${WIN_ARGS[@]}")
+    w=$(per_call EVALSHA "$SHA_SW" 1 "b:{c}:sw" "$DL" "${WIN_ARGS[@]}")
     t=$(python3 -c "print(round($f + $w + $s, 2))")
     echo "round $r: single tb $s us, multi 1 quota $m1 us, multi 3 quotas $m3 us, 3 singles $t us"
     single="$single $s" multi1="$multi1 $m1" multi3="$multi3 $m3" three="$three $t"

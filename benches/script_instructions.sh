@@ -63,8 +63,8 @@ measure() { # <label> <command...>: instructions per call
     printf '| %s | %d |\n' "$label" $((total / N / ${PER:-1}))
 }
 
-ADMIT_OURS=("$DL" 1000000 1 999999999000000 1000000)
-DENY_OURS=("$DL" 3600000000 1 72000000000 3600000000)
+ADMIT_OURS=("$DL" 1000000 1 999999999000000)
+DENY_OURS=("$DL" 3600000000 1 72000000000)
 ADMIT_PROTO=("" 0 1 1000000 1 999999999000000)
 DENY_PROTO=("" 0 1 3600000000 1 72000000000)
 ADMIT_NAIVE=(1 1000000000 1)
@@ -110,25 +110,25 @@ measure "naive hash-of-floats token bucket, denying" EVALSHA "$SHA_NAIVE" 1 dk3 
 measure "prototype one-integer token bucket, denying" EVALSHA "$SHA_PROTO" 1 dk2 "${DENY_PROTO[@]}"
 measure "ours token bucket (tb2), EVALSHA, denying" EVALSHA "$SHA_TB" 1 dk1 "${DENY_OURS[@]}"
 measure "ours token bucket (tb2), FCALL, denying" FCALL rl_token_bucket 1 dk1 "${DENY_OURS[@]}"
-measure "ours sliding log (sl2), 10 entries, denying" EVALSHA "$SHA_LOG" 1 log10 "$DL" 1 10 3600000000 ""
-measure "ours sliding log (sl2), 100,000 entries, denying" EVALSHA "$SHA_LOG" 1 log100000 "$DL" 1 100000 3600000000 ""
-measure "ours sliding log (sl2), 10 entries growing by the calls, admitting" EVALSHA "$SHA_LOG" 1 log10 "$DL" 1 100000 3600000000 ""
-measure "ours sliding log (sl2), 95,000 entries growing to 100,000, admitting" EVALSHA "$SHA_LOG" 1 log95000 "$DL" 1 100000 3600000000 ""
+measure "ours sliding log (sl2), 10 entries, denying" EVALSHA "$SHA_LOG" 1 log10 "$DL" 1 10 3600000000
+measure "ours sliding log (sl2), 100,000 entries, denying" EVALSHA "$SHA_LOG" 1 log100000 "$DL" 1 100000 3600000000
+measure "ours sliding log (sl2), 10 entries growing by the calls, admitting" EVALSHA "$SHA_LOG" 1 log10 "$DL" 1 100000 3600000000
+measure "ours sliding log (sl2), 95,000 entries growing to 100,000, admitting" EVALSHA "$SHA_LOG" 1 log95000 "$DL" 1 100000 3600000000
 # Several quotas in one call (issue 12): every call admitted, limits far
 # above N; the 3 quotas are a fixed window, a sliding window counter and a
 # token bucket, as in benches/multi_cost.sh.
-TB_ARGS=(1 1 1000000000 1)
+TB_ARGS=(1 1 1000000000)
 WIN_ARGS=(1 1000000000 1000000)
 measure "single token bucket script (a 1-quota call)" EVALSHA "$SHA_TB" 1 "m:{c}:tb2" "$DL" "${TB_ARGS[@]}"
-measure "single fixed window script" EVALSHA "$SHA_FW" 1 "m:{c}:fw" "$DL" "${WIN_ARGS[@]}" ""
-measure "single sliding window script" EVALSHA "$SHA_SW" 1 "m:{c}:sw" "$DL" "${WIN_ARGS[@]}" ""
+measure "single fixed window script" EVALSHA "$SHA_FW" 1 "m:{c}:fw" "$DL" "${WIN_ARGS[@]}"
+measure "single sliding window script" EVALSHA "$SHA_SW" 1 "m:{c}:sw" "$DL" "${WIN_ARGS[@]}"
 # Batch layout as the store sends it on the server's clock: min expiry, 1
 # field per request (one quota set), the earliest deadline, keys distinct
-# (1), 1 quota set (id 1, n quotas, 6 args per quota), then the request's
+# (1), 1 quota set (id 1, n quotas, 5 args per quota), then the request's
 # deadline.
 measure "batch script, the token bucket alone" EVALSHA "$SHA_MULTI" 1 "m:{c}:tb2" 0 1 "$DL" 1 1 1 1 4 0 "${TB_ARGS[@]}" "$DL"
 measure "batch script, 3 quotas (a 3-quota call)" EVALSHA "$SHA_MULTI" 3 "m:{c}:fw" "m:{c}:sw" "m:{c}:tb2" 0 1 "$DL" 1 1 1 3 \
-    1 0 "${WIN_ARGS[@]}" "" 2 0 "${WIN_ARGS[@]}" "" 4 0 "${TB_ARGS[@]}" "$DL"
+    1 0 "${WIN_ARGS[@]}" 2 0 "${WIN_ARGS[@]}" 4 0 "${TB_ARGS[@]}" "$DL"
 # Batches as the store sends them on the server's clock (compact layout):
 # B requests of B callers, each admitted; instructions per decision.
 for B in 16 128; do

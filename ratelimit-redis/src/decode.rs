@@ -2,21 +2,58 @@
 
 use ratelimit_core::model::Charge;
 use ratelimit_core::store::Decisions;
-use ratelimit_core::{Decision, StoreError};
+use ratelimit_core::{Algorithm, Decision, Quota, StoreError};
+
+/// What decoding needs of a quota: its limit, and the units the scripts
+/// answer its remaining in (a token bucket's remaining comes in bucket
+/// units, [`ratelimit_core::Bucket::unit`] to a token: the script never
+/// divides, one argument fewer on every call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// The quota's [`Quota::limit`].
+    pub limit: u64,
+    /// Reply units per unit of `limit`: 1 for a window, the bucket's unit
+    /// for a token bucket.
+    pub unit: u64,
+}
+
+impl Limit {
+    /// The limit of `quota`.
+    pub fn of(quota: &Quota) -> Self {
+        let unit = match quota.algorithm() {
+            Algorithm::TokenBucket(b) => b.unit(),
+            _ => 1,
+        };
+        Self {
+            limit: quota.limit(),
+            unit,
+        }
+    }
+
+    /// A limit counted in whole units (a window's).
+    pub const fn whole(limit: u64) -> Self {
+        Self { limit, unit: 1 }
+    }
+}
 
 /// Builds the decision from a script reply
 /// `[allowed, remaining, reset_after_us, retry_after_us or -1]` (see
-/// [`crate::scripts`]). `limit` is the quota's [`ratelimit_core::Quota::limit`].
+/// [`crate::scripts`]) for a quota of `limit` ([`Limit::of`] the quota).
 ///
 /// A reply of another shape is a non-transient error: the key holds
 /// something else, or the server ran another script.
 ///
 /// ```
-/// let d = ratelimit_redis::decode::decision(&[0, 0, 5_000, 1_000], 10).unwrap();
+/// use ratelimit_redis::decode::{decision, Limit};
+/// let d = decision(&[0, 0, 5_000, 1_000], Limit::whole(10)).unwrap();
 /// assert!(!d.allowed);
 /// assert_eq!(d.retry_after, Some(std::time::Duration::from_millis(1)));
+/// // A token bucket's remaining comes in bucket units.
+/// let d = decision(&[1, 2_500, 5_000, -1], Limit { limit: 10, unit: 1_000 }).unwrap();
+/// assert_eq!(d.remaining, 2);
 /// ```
-pub fn decision(reply: &[i64], limit: u64) -> Result<Decision, StoreError> {
+pub fn decision(reply: &[i64], limit: Limit) -> Result<Decision, StoreError> {
+    let Limit { limit, unit } = limit;
     let bad = || {
         StoreError::message(
             format!("unexpected rate-limit script reply {reply:?}"),
@@ -31,7 +68,7 @@ pub fn decision(reply: &[i64], limit: u64) -> Result<Decision, StoreError> {
         1 => true,
         _ => return Err(bad()),
     };
-    let remaining = u64::try_from(remaining).map_err(|_| bad())?;
+    let remaining = u64::try_from(remaining).map_err(|_| bad())? / unit.max(1);
     let reset = u64::try_from(reset).map_err(|_| bad())?;
     let retry = match (allowed, retry) {
         (true, -1) => None,
@@ -61,19 +98,20 @@ pub fn decision(reply: &[i64], limit: u64) -> Result<Decision, StoreError> {
 /// assert!(d[0].allowed && !d[1].allowed);
 /// ```
 pub fn decisions(reply: &[i64], charges: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-    let limits: Vec<u64> = charges.iter().map(|c| c.quota.limit()).collect();
+    let limits: Vec<Limit> = charges.iter().map(|c| Limit::of(c.quota)).collect();
     for_limits(reply, &limits).map(|d| d.to_vec())
 }
 
-/// As [`decisions`], from each quota's [`ratelimit_core::Quota::limit`]:
-/// one request's decisions, held inline for one quota.
+/// As [`decisions`], from each quota's [`Limit`]: one request's decisions,
+/// held inline for one quota.
 ///
 /// ```
-/// let d = ratelimit_redis::decode::for_limits(&[1, 9, 5, -1], &[10]).unwrap();
+/// use ratelimit_redis::decode::{for_limits, Limit};
+/// let d = for_limits(&[1, 9, 5, -1], &[Limit::whole(10)]).unwrap();
 /// assert!(d[0].allowed);
-/// assert!(ratelimit_redis::decode::for_limits(&[1, 9, 5, -1], &[10, 10]).is_err());
+/// assert!(for_limits(&[1, 9, 5, -1], &[Limit::whole(10); 2]).is_err());
 /// ```
-pub fn for_limits(reply: &[i64], limits: &[u64]) -> Result<Decisions, StoreError> {
+pub fn for_limits(reply: &[i64], limits: &[Limit]) -> Result<Decisions, StoreError> {
     match limits {
         [limit] => decision(reply, *limit).map(Decisions::one),
         _ if reply.len() != 4 * limits.len() => Err(StoreError::message(
@@ -214,13 +252,13 @@ mod tests {
 
     #[test]
     fn rejects_malformed_replies() {
-        assert!(decision(&[1, 2, 3], 5).is_err());
-        assert!(decision(&[2, 0, 0, -1], 5).is_err());
-        assert!(decision(&[1, 0, 0, 7], 5).is_err());
-        assert!(decision(&[0, 0, 0, -1], 5).is_err());
-        assert!(decision(&[1, 6, 0, -1], 5).is_err());
-        assert!(decision(&[1, -1, 0, -1], 5).is_err());
-        let d = decision(&[1, 4, 100, -1], 5).unwrap();
+        assert!(decision(&[1, 2, 3], Limit::whole(5)).is_err());
+        assert!(decision(&[2, 0, 0, -1], Limit::whole(5)).is_err());
+        assert!(decision(&[1, 0, 0, 7], Limit::whole(5)).is_err());
+        assert!(decision(&[0, 0, 0, -1], Limit::whole(5)).is_err());
+        assert!(decision(&[1, 6, 0, -1], Limit::whole(5)).is_err());
+        assert!(decision(&[1, -1, 0, -1], Limit::whole(5)).is_err());
+        let d = decision(&[1, 4, 100, -1], Limit::whole(5)).unwrap();
         assert!(d.allowed && d.retry_after.is_none() && d.remaining == 4);
     }
 

@@ -24,7 +24,8 @@
 //! servers deciding for one caller at the same instant can never both spend
 //! the last token. Each part mirrors its function in `ratelimit_core::model`,
 //! in integers below 2^53 (exact in Lua's doubles; floor division as
-//! `(a - math.fmod(a, b)) / b`, exact because `fmod` is), and returns
+//! `(a - a % b) / b`, exact for such integers: the rounded quotient is never
+//! within `1 / b` of an integer it does not reach), and returns
 //! integers only (Redis truncates Lua numbers in replies). The scripts are
 //! lean: no closures created per call, one `GET` for a counter or bucket
 //! state (a batch reads every request's with one `MGET`) and one `PSETEX`
@@ -37,10 +38,11 @@
 //! |---|---|
 //! | `KEYS[1]` | the caller's key, from [`crate::keys::key`] |
 //! | `ARGV[1]` | the deadline in the server's µs, after which the caller no longer waits, `0` for none; negated as `-(deadline + 1)` to also return `TIME` (`-1`: no deadline, return `TIME`; see [`crate::deadline`]) |
-//! | `ARGV[2..=5]` | fixed window, sliding window, sliding log: cost, limit, window µs, `""`; token bucket: `cost * unit`, refill, full, unit |
-//! | `ARGV[6]`, `ARGV[7]` | with an injected clock only: now in µs since the epoch, and the minimum expiry in ms (see [`INJECTED_CLOCK_MIN_EXPIRY`]); without them the script reads the server's `TIME` |
+//! | `ARGV[2..=4]` | fixed window, sliding window, sliding log: cost, limit, window µs; token bucket: `cost * unit`, refill, full (the unit itself is never sent: the script answers a bucket's remaining in units, and the client divides) |
+//! | `ARGV[5]`, `ARGV[6]` | with an injected clock only: now in µs since the epoch, and the minimum expiry in ms (see [`INJECTED_CLOCK_MIN_EXPIRY`]); without them the script reads the server's `TIME` |
 //!
-//! Reply: `{allowed (0/1), remaining, reset_after_us, retry_after_us or -1}`,
+//! Reply: `{allowed (0/1), remaining, reset_after_us, retry_after_us or -1}`
+//! (a token bucket's remaining in bucket units),
 //! followed by the server's `TIME` in µs when `ARGV[1]` asked for it; or
 //! `{-1, server µs}` when `TIME` is past the deadline: **expired, nothing
 //! read or written**. Split by [`crate::decode::split`], decoded by
@@ -55,7 +57,7 @@
 //! | `ARGV[2]` | the fields per request: `1` when every request is on the call's one quota set and the server's clock (the common batch: the deadline alone), else `3` |
 //! | `ARGV[3]` | the earliest of the requests' deadlines in the server's µs (`0`: none has one): while `TIME` is not past it, no request can have expired and no request's own deadline is read |
 //! | `ARGV[4]` | `1` when no key appears twice in `KEYS`, else `0`: the script reads every key's string state up front (one `MGET`), and keeps what it writes for the requests after only when a key repeats |
-//! | `ARGV[5]` | the number of quota sets; then per set: its id, its number n of quotas, then per quota: the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[2..=5]` (`""` for a window's fourth). Requests over the same quotas share a set, sent and parsed once per call |
+//! | `ARGV[5]` | the number of quota sets; then per set: its id, its number n of quotas, then per quota: the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[2..=4]`. Requests over the same quotas share a set, sent and parsed once per call |
 //! | then per request | with 3 fields: now (`""`: `TIME`), its deadline in the server's µs (0: none), the id of its quota set; with 1: its deadline |
 //!
 //! Reply: per request 4 integers per quota (each as a single script's
@@ -91,6 +93,8 @@ use smallvec::SmallVec;
 
 use ratelimit_core::model::Charge;
 use ratelimit_core::{Algorithm, Micros, Quota};
+
+use crate::decode::Limit;
 
 /// How long keys are kept, at least, when the store uses an injected clock.
 ///
@@ -247,7 +251,7 @@ pub fn all() -> [&'static Script; 5] {
     ]
 }
 
-/// `ARGV[6..=7]` with an injected clock: now and the minimum expiry.
+/// `ARGV[5..=6]` with an injected clock: now and the minimum expiry.
 fn push_now(args: &mut Vec<String>, now: Option<Micros>) {
     if let Some(now) = now {
         args.push(now.to_string());
@@ -270,7 +274,7 @@ fn kind(quota: &Quota) -> &'static str {
 /// `now`: `Some` with an injected clock, `None` to use the server's `TIME`.
 /// The cost must already have passed [`Quota::check_cost`].
 pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
-    let mut args = Vec::with_capacity(7);
+    let mut args = Vec::with_capacity(6);
     args.push("0".to_owned());
     QuotaArgs::new(quota, cost, false).push_values(&mut args);
     push_now(&mut args, now);
@@ -284,22 +288,20 @@ struct QuotaArgs {
     /// The batch script's algorithm code (see [`kind`]).
     kind: &'static str,
     shadow: bool,
-    /// The single script's `ARGV[2..=5]`: `x, y, z` and, for a token
-    /// bucket, `u`.
+    /// The single script's `ARGV[2..=4]`: `x, y, z`.
     x: u64,
     y: u64,
     z: u64,
-    u: Option<u64>,
 }
 
 impl QuotaArgs {
     fn new(quota: &Quota, cost: u64, shadow: bool) -> Self {
-        let (x, y, z, u) = match quota.algorithm() {
+        let (x, y, z) = match quota.algorithm() {
             Algorithm::FixedWindow(w) | Algorithm::SlidingWindow(w) | Algorithm::SlidingLog(w) => {
-                (cost, w.limit(), w.window_micros(), None)
+                (cost, w.limit(), w.window_micros())
             }
             // `need` is computed here: one multiplication less in Lua.
-            Algorithm::TokenBucket(b) => (cost * b.unit(), b.refill(), b.full(), Some(b.unit())),
+            Algorithm::TokenBucket(b) => (cost * b.unit(), b.refill(), b.full()),
         };
         Self {
             kind: kind(quota),
@@ -307,20 +309,17 @@ impl QuotaArgs {
             x,
             y,
             z,
-            u,
         }
     }
 
-    /// `x, y, z, u` (`u` is `""` for a window): the single script's
-    /// `ARGV[2..=5]`.
+    /// `x, y, z`: the single script's `ARGV[2..=4]`.
     fn push_values(&self, args: &mut Vec<String>) {
         args.push(self.x.to_string());
         args.push(self.y.to_string());
         args.push(self.z.to_string());
-        args.push(self.u.map_or_else(String::new, |u| u.to_string()));
     }
 
-    /// The batch script's six arguments of this quota.
+    /// The batch script's five arguments of this quota.
     fn push_batch(&self, args: &mut Vec<String>) {
         args.push(self.kind.to_owned());
         args.push(if self.shadow { "1" } else { "0" }.to_owned());
@@ -342,8 +341,9 @@ pub struct Request {
     slot: u16,
     /// Per quota: its script arguments.
     quota_args: SmallVec<[QuotaArgs; 1]>,
-    /// Each quota's limit, for decoding.
-    pub limits: SmallVec<[u64; 1]>,
+    /// What decoding needs of each quota: its limit and the units its
+    /// remaining is answered in.
+    pub limits: SmallVec<[Limit; 1]>,
     /// "Now" with an injected clock; `None`: the server's `TIME`.
     pub now: Option<Micros>,
 }
@@ -391,7 +391,7 @@ impl Request {
                 .iter()
                 .map(|c| QuotaArgs::new(c.quota, c.cost, c.shadow))
                 .collect(),
-            limits: charges.iter().map(|c| c.quota.limit()).collect(),
+            limits: charges.iter().map(|c| Limit::of(c.quota)).collect(),
             now,
         }
     }
@@ -498,7 +498,7 @@ impl Call {
 
     fn alone_with_keys(request: &Request, server_deadline: i64, keys: Vec<String>) -> Self {
         if request.is_single() {
-            let mut args = Vec::with_capacity(7);
+            let mut args = Vec::with_capacity(6);
             args.push(server_deadline.to_string());
             if let Some(q) = request.quota_args.first() {
                 q.push_values(&mut args);
@@ -553,7 +553,7 @@ impl Call {
         let mut args = Vec::with_capacity(
             5 + sets
                 .iter()
-                .map(|s| 2 + 6 * s.quota_args.len())
+                .map(|s| 2 + 5 * s.quota_args.len())
                 .sum::<usize>()
                 + 3 * requests.len(),
         );
@@ -693,30 +693,28 @@ mod tests {
         // Minimum expiry, 3 fields per request, the earliest deadline (of
         // -5, that is 4, and 9), a key repeated (both requests charge the
         // token bucket of caller k), two quota sets (id, number of quotas,
-        // 6 arguments per quota), then per request: now, deadline, set.
+        // 5 arguments per quota), then per request: now, deadline, set.
         assert_eq!(&call.args[..5], ["0", "3", "4", "0", "2"]);
         assert_eq!(&call.args[5..7], ["1", "1"]);
         let mut tb = Vec::new();
         r.quota_args[0].push_batch(&mut tb);
-        assert_eq!(call.args[7..13], tb[..]);
-        assert_eq!(tb[..2], ["4", "0"]);
-        assert_eq!(&call.args[13..15], ["2", "2"]);
+        assert_eq!(call.args[7..12], tb[..]);
+        // A bucket of 100 per minute: one token is 600,000 units, 1 unit a µs.
+        assert_eq!(tb, ["4", "0", "1200000", "1", "12000000"]);
+        assert_eq!(&call.args[12..14], ["2", "2"]);
         let mut both = Vec::new();
         r2.quota_args.iter().for_each(|q| q.push_batch(&mut both));
-        assert_eq!(call.args[15..27], both[..]);
-        assert_eq!(
-            (&both[..2], &both[5]),
-            (&["1".to_owned(), "0".to_owned()][..], &String::new())
-        );
-        assert_eq!(&call.args[27..], ["", "4", "1", "7", "9", "2"]);
+        assert_eq!(call.args[14..24], both[..]);
+        assert_eq!(&both[..5], ["1", "0", "1", "100", "60000000"]);
+        assert_eq!(&call.args[24..], ["", "4", "1", "7", "9", "2"]);
         // Requests over the same quotas share one set; on one set and the
         // server's clock each sends its deadline alone. A key that repeats
         // says so; a request without a deadline (0) is not the earliest.
         let r3 = Request::new("rl", b"other", &[Charge::new(&q, 2)], None);
         let call = Call::batch(&[(&r, 0), (&r3, 5), (&r, -8)]);
         assert_eq!(&call.args[..7], ["0", "1", "5", "0", "1", "1", "1"]);
-        assert_eq!(call.args.len(), 5 + 2 + 6 + 3);
-        assert_eq!(&call.args[13..], ["0", "5", "7"]);
+        assert_eq!(call.args.len(), 5 + 2 + 5 + 3);
+        assert_eq!(&call.args[12..], ["0", "5", "7"]);
         // No deadline at all: 0.
         let call = Call::batch(&[(&r, 0), (&r3, -1)]);
         assert_eq!(&call.args[2..4], ["0", "1"]);
@@ -724,7 +722,7 @@ mod tests {
         let r4 = Request::new("rl", b"other", &[Charge::new(&q, 2)], Some(3));
         let call = Call::batch(&[(&r4, 0), (&r4, 4)]);
         assert_eq!(&call.args[..4], ["600000", "3", "4", "0"]);
-        assert_eq!(&call.args[13..], ["3", "0", "1", "3", "4", "1"]);
+        assert_eq!(&call.args[12..], ["3", "0", "1", "3", "4", "1"]);
     }
 
     #[test]

@@ -15,14 +15,16 @@
 --          keeps what it writes, for the requests after that read it)
 -- ARGV[5]  the number of quota sets, then each set: its id, its number n
 --          of quotas, then per quota: kind (1 fixed window, 2 sliding
---          window, 3 sliding log, 4 token bucket), shadow (0/1), x, y, z, u
---          (u is "" for a window). Requests over the same quotas share one
---          set: its arguments are sent and parsed once per call.
+--          window, 3 sliding log, 4 token bucket), shadow (0/1), x, y, z
+--          (as the single scripts' ARGV[2..4]). Requests over the same
+--          quotas share one set: its arguments are sent and parsed once per
+--          call.
 -- then per request, with 3 fields: now in µs ("" for the server's TIME),
 --   the deadline in the server's µs (0: none), the id of its quota set;
 --   with 1: the deadline
--- Returns per request 4 integers per quota {allowed (0/1), remaining,
--- reset_after_us, retry_after_us or -1}, that quota's own decision; or -1
+-- Returns per request 4 integers per quota {allowed (0/1), remaining (in
+-- bucket units for a token bucket), reset_after_us, retry_after_us or -1},
+-- that quota's own decision; or -1
 -- alone when the request's deadline had passed before it would write
 -- (expired, nothing written); then the server's TIME in µs.
 -- Each request is decided in two phases, exactly as alone: every quota
@@ -37,10 +39,10 @@
 local t = redis.call('TIME')
 local st = t[1] * 1000000 + t[2]
 local min_ms = tonumber(ARGV[1])
-local fmod, fmt, find, sub, call = math.fmod, string.format, string.find, string.sub, redis.call
+local fmt, find, sub, call = string.format, string.find, string.sub, redis.call
 local out, o = {}, 0
 local nargv = #ARGV
--- The quota sets, by id: {n, then per quota kind, shadow, x, y, z, u}.
+-- The quota sets, by id: {n, then per quota kind, shadow, x, y, z}.
 local compact = ARGV[2] == '1'
 local early = ARGV[3]
 local late = early ~= '0' and st > early + 0
@@ -64,12 +66,12 @@ for _ = 1, tonumber(ARGV[5]) do
   local n = tonumber(ARGV[a + 1])
   q = {n}
   for i = 1, n do
-    local b, j = a + 2 + 6 * (i - 1), 6 * (i - 1) + 1
+    local b, j = a + 2 + 5 * (i - 1), 5 * (i - 1) + 1
     q[j + 1], q[j + 2] = ARGV[b], ARGV[b + 1]
-    q[j + 3], q[j + 4], q[j + 5], q[j + 6] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+    q[j + 3], q[j + 4], q[j + 5] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
   end
   sets[ARGV[a]] = q
-  a = a + 2 + 6 * n
+  a = a + 2 + 5 * n
 end
 -- Per quota of the current request, reused from request to request (each
 -- is written for 1..cnt before it is read): the decision's four numbers,
@@ -91,8 +93,8 @@ while a <= nargv do
   local cnt = q[1]
   local admitted = true
   for i = 1, cnt do
-    local j = 6 * (i - 1) + 1
-    local kind, shadow, x, y, z, u = q[j + 1], q[j + 2], q[j + 3], q[j + 4], q[j + 5], q[j + 6]
+    local j = 5 * (i - 1) + 1
+    local kind, shadow, x, y, z = q[j + 1], q[j + 2], q[j + 3], q[j + 4], q[j + 5]
     local key = KEYS[ki + i]
     local ok, remaining, reset, retry, cost, limit, wv = 0, 0, 0, -1, 0, 0, nil
     local v = pre[ki + i]

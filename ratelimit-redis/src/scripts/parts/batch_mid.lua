@@ -2,7 +2,7 @@
     if ok == 1 then
       -- The expiry: the reset rounded up to whole ms, plus one, at least
       -- the minimum.
-      local ms = fmod(reset, 1000)
+      local ms = reset % 1000
       if ms > 0 then ms = (reset - ms) / 1000 + 2 else ms = reset / 1000 + 1 end
       if ms < min_ms then ms = min_ms end
       mss[i] = fmt('%d', ms)

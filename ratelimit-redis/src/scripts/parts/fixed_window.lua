@@ -3,7 +3,7 @@
 -- z = window in µs; v = the stored string (false: none), read by the
 -- script around this part. A state of any other window is a fresh one.
 cost, limit = x, y
-local idx = (now - fmod(now, z)) / z
+local idx = (now - now % z) / z
 local count = 0
 if v then
   local j = find(v, ':', 1, true)

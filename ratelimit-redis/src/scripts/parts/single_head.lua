@@ -4,25 +4,25 @@
 -- KEYS[1]  the caller's key (see src/keys.rs)
 -- ARGV[1]  deadline in the server's µs (TIME), or 0 for none; -(deadline + 1)
 --          to also return TIME (-1: no deadline, return TIME)
--- ARGV[2..5]  x, y, z, u: cost, limit, window µs, "" (windows); need = cost
---          * unit, refill, full = capacity * unit, unit (token bucket)
--- ARGV[6], ARGV[7]  with an injected clock only: now in µs since the epoch
+-- ARGV[2..4]  x, y, z: cost, limit, window µs (windows); need = cost *
+--          unit, refill, full = capacity * unit (token bucket)
+-- ARGV[5], ARGV[6]  with an injected clock only: now in µs since the epoch
 --          and the minimum expiry in ms; without them the server's TIME
--- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}, with
+-- Returns {allowed, remaining, reset_after_us, retry_after_us or -1}
+-- (remaining in bucket units for a token bucket), with
 -- the server's µs after them if asked, or {-1, server µs} when past the
 -- deadline: expired, nothing written. The deadline is checked only before
 -- writing: a denial writes nothing anyway and is answered as usual.
-local dl, now, min_ms, st, tail = ARGV[1], ARGV[6], 0, -1, nil
+local dl, now, min_ms, st, tail = ARGV[1], ARGV[5], 0, -1, nil
 if dl < '0' then tail = true end
 if not now or dl ~= '0' then
   local t = redis.call('TIME')
   st = t[1] * 1000000 + t[2]
   if tail then tail = st end
 end
-if now then now, min_ms = now + 0, ARGV[7] + 0 else now = st end
-local fmod, fmt, find, sub, call = math.fmod, string.format, string.find, string.sub, redis.call
+if now then now, min_ms = now + 0, ARGV[6] + 0 else now = st end
+local fmt, find, sub, call = string.format, string.find, string.sub, redis.call
 local key = KEYS[1]
 -- `s + 0` converts a numeric string once (`tonumber` converts it twice).
-local x, y, z, u = ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0, ARGV[5]
-if u ~= '' then u = u + 0 end
+local x, y, z = ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
 local ok, remaining, reset, retry, cost, limit, wv = 0, 0, 0, -1, 0, 0, nil

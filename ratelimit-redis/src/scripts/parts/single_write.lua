@@ -4,7 +4,7 @@ if ok == 1 then
   if deadline > 0 and st > deadline then return {-1, st} end
   -- The expiry: the reset rounded up to whole ms, plus one (the server's
   -- expiry clock counts whole ms); at least the minimum.
-  local ms = fmod(reset, 1000)
+  local ms = reset % 1000
   if ms > 0 then ms = (reset - ms) / 1000 + 2 else ms = reset / 1000 + 1 end
   if ms < min_ms then ms = min_ms end
   ms = fmt('%d', ms)

@@ -3,7 +3,7 @@
 -- `window:prev:curr`. In: key, now; x = cost, y = limit, z = window in µs;
 -- v = the stored string (false: none), read by the script around this part.
 cost, limit = x, y
-local e = fmod(now, z)
+local e = now % z
 local idx = (now - e) / z
 local prev, curr = 0, 0
 if v then
@@ -32,16 +32,16 @@ elseif curr + x <= y then
   -- Admissible later in this window, once the previous window's weight has
   -- shrunk: the first e' with prev * (W - e') <= a * W. prev > 0 here.
   local aw = (y - curr - x) * z
-  retry = z - (aw - fmod(aw, prev)) / prev - e
+  retry = z - (aw - aw % prev) / prev - e
 else
   -- Only in the next window, where prev' = curr > 0 and curr' = 0.
   local aw = (y - x) * z
-  retry = 2 * z - e - (aw - fmod(aw, curr)) / curr
+  retry = 2 * z - e - (aw - aw % curr) / curr
 end
 local used = weighted + curr * z
 if y * z > used then
   local r = y * z - used
-  remaining = (r - fmod(r, z)) / z
+  remaining = (r - r % z) / z
 end
 if curr > 0 then
   reset = 2 * z - e

@@ -2,12 +2,16 @@
 -- State: the theoretical arrival time (the instant the bucket is full
 -- again) as one integer `tat` in µs, or `tat:rem` when the rate leaves a
 -- sub-µs remainder (rem in bucket units). In: key, now; x = need (cost *
--- unit), y = refill (units per µs), z = full (capacity * unit), u = unit;
--- v = the stored string (false: none), read by the script around this part.
+-- unit), y = refill (units per µs), z = full (capacity * unit); v = the
+-- stored string (false: none), read by the script around this part.
+-- Remaining is answered in bucket units (the client divides by the unit,
+-- which the script never needs), and so are `cost` and `limit`.
 -- Every value stays within full + refill <= 2^52 and tat <= now + full
 -- < 2^53 (checked by the quota and the clock bound), exact in Lua's
--- doubles; (a - fmod(a, b)) / b is the exact floor of a / b for a >= 0.
-cost, limit = x / u, z / u
+-- doubles. For such integers Lua's `a % b` (a - floor(a / b) * b) is
+-- exact, as is (a - a % b) / b = floor(a / b), for a of either sign: the
+-- quotient rounds to a double no closer to an integer than 1 / b.
+cost, limit = x, z
 local delta, rho = 0, 0
 if v then
   local tat
@@ -23,9 +27,9 @@ if v then
 end
 -- The bucket is short of full by d = delta * refill + rho units.
 local room = z - x
-if rho <= room and delta <= (room - rho - fmod(room - rho, y)) / y then
+if rho <= room and delta <= (room - rho - (room - rho) % y) / y then
   local d = delta * y + rho + x
-  local rem = fmod(d, y)
+  local rem = d % y
   local whole = (d - rem) / y
   reset = whole
   if rem > 0 then reset = whole + 1 end
@@ -33,17 +37,17 @@ if rho <= room and delta <= (room - rho - fmod(room - rho, y)) / y then
   -- Redis applies to a Lua number argument.
   if rem == 0 then wv = fmt('%d', now + whole) else wv = fmt('%d:%d', now + whole, rem) end
   local level = z - d
-  ok, remaining = 1, (level - fmod(level, u)) / u
+  ok, remaining = 1, level
 else
   -- Denied: nothing is written.
   local level = 0
-  if rho <= z and delta <= (z - rho - fmod(z - rho, y)) / y then
+  if rho <= z and delta <= (z - rho - (z - rho) % y) / y then
     level = z - delta * y - rho
   end
   reset = delta
   if rho > 0 then reset = delta + 1 end
   local w = rho + x - z
-  local q = (w - fmod(w, y)) / y
-  if fmod(w, y) > 0 then q = q + 1 end
-  remaining, retry = (level - fmod(level, u)) / u, delta + q
+  local q = (w - w % y) / y
+  if w % y > 0 then q = q + 1 end
+  remaining, retry = level, delta + q
 end
