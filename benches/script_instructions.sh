@@ -17,6 +17,11 @@ SRC=$(mktemp -d)
 for s in token_bucket sliding_log fixed_window sliding_window batch; do
     cargo run -q --release -p ratelimit-benches --bin script_source -- "$s" >"$SRC/$s.lua"
 done
+# The quotas' own scripts, as the store sends a lone request (numbers
+# compiled in, the cost the one argument): the admitting and the denying
+# bucket below.
+cargo run -q --release -p ratelimit-benches --bin script_source -- token_bucket 1 1 999999999 >"$SRC/own_admit.lua"
+cargo run -q --release -p ratelimit-benches --bin script_source -- token_bucket 1 3600 20 >"$SRC/own_deny.lua"
 N="${1:-5000}"
 
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -41,6 +46,8 @@ SHA_MULTI=$(cli SCRIPT LOAD "$(cat $SRC/batch.lua)")
 SHA_FW=$(cli SCRIPT LOAD "$(cat $SRC/fixed_window.lua)")
 SHA_SW=$(cli SCRIPT LOAD "$(cat $SRC/sliding_window.lua)")
 SHA_TRIVIAL=$(cli SCRIPT LOAD "return {1, 0, 0, -1}")
+SHA_OWN_ADMIT=$(cli SCRIPT LOAD "$(cat $SRC/own_admit.lua)")
+SHA_OWN_DENY=$(cli SCRIPT LOAD "$(cat $SRC/own_deny.lua)")
 cli FUNCTION LOAD REPLACE "#!lua name=ratelimit_bench
 local function token_bucket(KEYS, ARGV)
 $(cat $OURS)
@@ -71,6 +78,7 @@ ADMIT_NAIVE=(1 1000000000 1)
 DENY_NAIVE=(0.0002777777777777778 20 1)
 for _ in $(seq 30); do
     cli EVALSHA "$SHA_TB" 1 dk1 "${DENY_OURS[@]}" >/dev/null
+    cli EVALSHA "$SHA_OWN_DENY" 1 dk4 "$DL" 1 >/dev/null
     cli EVALSHA "$SHA_PROTO" 1 dk2 "${DENY_PROTO[@]}" >/dev/null
     cli EVALSHA "$SHA_NAIVE" 1 dk3 "${DENY_NAIVE[@]}" >/dev/null
 done
@@ -104,10 +112,12 @@ measure "PING (the floor of any command)" PING
 measure "EVALSHA of a script returning {1, 0, 0, -1}" EVALSHA "$SHA_TRIVIAL" 0
 measure "naive hash-of-floats token bucket, admitting" EVALSHA "$SHA_NAIVE" 1 k3 "${ADMIT_NAIVE[@]}"
 measure "prototype one-integer token bucket, admitting" EVALSHA "$SHA_PROTO" 1 k2 "${ADMIT_PROTO[@]}"
+measure "ours token bucket (tb2), the quota's own script (as the store sends it), admitting" EVALSHA "$SHA_OWN_ADMIT" 1 k4 "$DL" 1
 measure "ours token bucket (tb2), EVALSHA, admitting" EVALSHA "$SHA_TB" 1 k1 "${ADMIT_OURS[@]}"
 measure "ours token bucket (tb2), FCALL, admitting" FCALL rl_token_bucket 1 k1 "${ADMIT_OURS[@]}"
 measure "naive hash-of-floats token bucket, denying" EVALSHA "$SHA_NAIVE" 1 dk3 "${DENY_NAIVE[@]}"
 measure "prototype one-integer token bucket, denying" EVALSHA "$SHA_PROTO" 1 dk2 "${DENY_PROTO[@]}"
+measure "ours token bucket (tb2), the quota's own script (as the store sends it), denying" EVALSHA "$SHA_OWN_DENY" 1 dk4 "$DL" 1
 measure "ours token bucket (tb2), EVALSHA, denying" EVALSHA "$SHA_TB" 1 dk1 "${DENY_OURS[@]}"
 measure "ours token bucket (tb2), FCALL, denying" FCALL rl_token_bucket 1 dk1 "${DENY_OURS[@]}"
 measure "ours sliding log (sl2), 10 entries, denying" EVALSHA "$SHA_LOG" 1 log10 "$DL" 1 10 3600000000

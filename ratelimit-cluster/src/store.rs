@@ -158,7 +158,9 @@ impl Transport for Router {
     ) -> Result<Vec<i64>, StoreError> {
         let c = &*self.counters;
         let mut route = Route::Key;
-        let mut source = false;
+        // A quota's own script goes with its source until a call with it
+        // has succeeded (see `Script::send_source_first`).
+        let mut source = call.script.send_source_first();
         let mut attempt = 0;
         // Attempts that wait first (every one after the first redirect),
         // and retries after "cannot serve now" errors: see `retry`.
@@ -172,6 +174,7 @@ impl Transport for Router {
             let failure = match self.backend.eval(&call, &route, source, &self.slots).await {
                 Ok(reply) => {
                     bump(&c.decisions);
+                    call.script.mark_loaded();
                     return Ok(reply);
                 }
                 Err(failure) => failure,

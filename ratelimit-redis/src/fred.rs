@@ -102,13 +102,20 @@ async fn send_script(
 }
 
 /// `EVALSHA`; on `NOSCRIPT`, `EVAL` with the source (which also caches it).
-/// Each is sent once at most.
+/// Each is sent once at most. A quota's own script goes with its source
+/// first until a call with it succeeds (see
+/// [`Script::send_source_first`]).
 pub(crate) async fn eval(
     client: &Client,
     script: &Script,
     keys: &[String],
     args: &[String],
 ) -> Result<Vec<i64>, StoreError> {
+    if script.send_source_first() {
+        return send_script(client, script, keys, args, true)
+            .await
+            .map_err(error::from_fred);
+    }
     match send_script(client, script, keys, args, false).await {
         Ok(reply) => Ok(reply),
         Err(e) if e.details().starts_with("NOSCRIPT") => {

@@ -40,7 +40,20 @@ impl Backend {
         keys: &[String],
         args: &[String],
     ) -> Result<Vec<i64>, StoreError> {
-        match self {
+        let reply = match self {
+            Self::Redis(cm) if script.send_source_first() => {
+                // A quota's own script on first use: EVAL with the source
+                // (which also caches it).
+                let mut cm = cm.clone();
+                redis::cmd("EVAL")
+                    .arg(script.lua())
+                    .arg(keys.len())
+                    .arg(keys)
+                    .arg(args)
+                    .query_async(&mut cm)
+                    .await
+                    .map_err(error::from_redis)
+            }
             Self::Redis(cm) => {
                 let mut call = script.redis().prepare_invoke();
                 for k in keys {
@@ -55,7 +68,11 @@ impl Backend {
             }
             #[cfg(feature = "fred")]
             Self::Fred(client) => crate::fred::eval(client, script, keys, args).await,
+        };
+        if reply.is_ok() {
+            script.mark_loaded();
         }
+        reply
     }
 
     fn name(&self) -> &'static str {

@@ -169,7 +169,9 @@ async fn survives_restart(server: &mut RedisServer, store: &dyn Store) {
     );
     let loaded: Vec<bool> = redis::cmd("SCRIPT")
         .arg("EXISTS")
-        .arg(ratelimit_redis::scripts::TOKEN_BUCKET.sha1())
+        // The script the store sends a lone request of `q` with: the
+        // quota's own.
+        .arg(ratelimit_redis::scripts::single(&q).sha1())
         .query(&mut server.connection())
         .unwrap();
     assert_eq!(

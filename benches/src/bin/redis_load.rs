@@ -56,6 +56,22 @@ const COMMANDS_ONLY_OURS: &str = "redis.call('TIME') redis.call('GET', KEYS[1]) 
 const COMMANDS_ONLY_NAIVE: &str = "redis.call('TIME') redis.call('HMGET', KEYS[1], 'tokens', 'ts') \
      redis.call('HSET', KEYS[1], 'tokens', 19.000000000000004, 'ts', 1764538000.123456) \
      redis.call('PEXPIRE', KEYS[1], 3600000) return {1, 0}";
+/// The prototype's arguments (`benches/lua/`): the server's clock, no
+/// minimum expiry, cost 1, then the bucket's unit, refill and full.
+fn prototype_args(tb: &Quota) -> Vec<String> {
+    let ratelimit_core::Algorithm::TokenBucket(b) = tb.algorithm() else {
+        unreachable!("the prototype is a token bucket")
+    };
+    vec![
+        String::new(),
+        "0".to_owned(),
+        "1".to_owned(),
+        b.unit().to_string(),
+        b.refill().to_string(),
+        b.full().to_string(),
+    ]
+}
+
 const PROTOTYPE_TOKEN_BUCKET: &str =
     include_str!("../../lua/prototype_token_bucket_one_integer.lua");
 const GENEROUS: Duration = Duration::from_secs(2);
@@ -810,9 +826,9 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
         let bare = bare_evalsha(
             lib,
             &url,
-            scripts::TOKEN_BUCKET.lua(),
+            scripts::single(&tb).lua(),
             our_keys(&tb, k),
-            scripts::args(&tb, None, 1),
+            scripts::single_args(&tb, None, 1),
             m,
         )
         .await;
@@ -848,7 +864,7 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
         &url,
         PROTOTYPE_TOKEN_BUCKET,
         prototype_keys(&tb, k),
-        scripts::args(&tb, None, 1),
+        prototype_args(&tb),
         m,
     )
     .await;
@@ -909,9 +925,9 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
             &format!("ours {}", algo_name(kind)),
             n,
             1,
-            scripts::for_quota(&quota).lua(),
+            scripts::single(&quota).lua(),
             &key,
-            scripts::args(&quota, None, 1),
+            scripts::single_args(&quota, None, 1),
         );
     }
     for (conns, pipe) in [(n, 1), (m, pipelined)] {
@@ -928,9 +944,9 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
                 "ours token_bucket",
                 conns,
                 pipe,
-                scripts::TOKEN_BUCKET.lua(),
+                scripts::single(&tb).lua(),
                 &format!("rl:{{{NAMESPACE}%3Acustomer-__rand_int__}}:tb2"),
-                scripts::args(&tb, None, 1),
+                scripts::single_args(&tb, None, 1),
             );
         }
         bench(
@@ -939,7 +955,7 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
             pipe,
             PROTOTYPE_TOKEN_BUCKET,
             &format!("rl:{{{NAMESPACE}%3Acustomer-__rand_int__}}:t1"),
-            scripts::args(&tb, None, 1),
+            prototype_args(&tb),
         );
     }
     bench(
@@ -994,9 +1010,9 @@ fn script_costs_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut Book)
         let quota = q.ours(kind);
         cost(
             &format!("ours {}", algo_name(kind)),
-            scripts::for_quota(&quota).lua(),
+            scripts::single(&quota).lua(),
             &our_key(keys::layout_code(kind)),
-            scripts::args(&quota, None, 1),
+            scripts::single_args(&quota, None, 1),
         );
     }
     cost(
@@ -1015,7 +1031,7 @@ fn script_costs_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut Book)
         "prototype one-integer token bucket",
         PROTOTYPE_TOKEN_BUCKET,
         &our_key("t1"),
-        scripts::args(&tb, None, 1),
+        prototype_args(&tb),
     );
     cost(
         "floor: script returning {1, 0, 0, -1}",
@@ -1098,9 +1114,9 @@ async fn overhead_run(a: &Args, q: &Quotas, url: &str, book: &mut Book) {
         let bare = bare_evalsha(
             lib,
             &url,
-            scripts::TOKEN_BUCKET.lua(),
+            scripts::single(&tb).lua(),
             our_keys(&tb, k),
-            scripts::args(&tb, None, 1),
+            scripts::single_args(&tb, None, 1),
             1,
         )
         .await;
@@ -1212,11 +1228,7 @@ async fn memory_section(a: &Args) {
     let proto_key: fn(&Quota, usize) -> Arc<Vec<String>> = |q, n| prototype_keys(q, n);
     let per = memory_row(
         c,
-        naive(
-            PROTOTYPE_TOKEN_BUCKET,
-            proto_key,
-            scripts::args(&tb, None, 1),
-        ),
+        naive(PROTOTYPE_TOKEN_BUCKET, proto_key, prototype_args(&tb)),
     )
     .await;
     rows.push((

@@ -1,0 +1,165 @@
+//! A quota's own script (its numbers compiled in, the cost its one
+//! argument) against its algorithm's script (the numbers as arguments), on
+//! a real server: the same requests at the same instants, each script on
+//! its own keys, give the same replies, admissions, denials and the
+//! token bucket's sub-µs remainders alike.
+
+mod common;
+
+use ratelimit_core::{Charge, Quota, Rate};
+use ratelimit_redis::scripts::{self, Call, Request};
+use ratelimit_testkit::redis_server::RedisServer;
+
+fn run(server: &RedisServer, call: &Call) -> Vec<i64> {
+    let mut invocation = call.script.redis().prepare_invoke();
+    for k in &call.keys {
+        invocation.key(k);
+    }
+    for a in &call.args {
+        invocation.arg(a);
+    }
+    invocation
+        .invoke(&mut server.connection())
+        .expect("the script runs")
+}
+
+#[test]
+fn a_quotas_own_script_decides_as_its_algorithms_script() {
+    let server = RedisServer::start_local();
+    let quotas = [
+        Quota::token_bucket(Rate::per_minute(100), 20).unwrap(),
+        // A refill of several units a µs: states with a remainder.
+        Quota::token_bucket(Rate::per_second(3_000_000), 7).unwrap(),
+        Quota::fixed_window(Rate::per_second(10)).unwrap(),
+        Quota::sliding_window(Rate::per_second(10)).unwrap(),
+        Quota::sliding_log(Rate::per_second(10)).unwrap(),
+    ];
+    // A fixed walk of instants (µs, injected clock) and costs.
+    let mut now: u64 = 1_700_000_000_000_000;
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let (mut admitted, mut denied) = (0, 0);
+    for step in 0..400 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        now += seed % 150_000;
+        for (i, q) in quotas.iter().enumerate() {
+            let cost = 1 + seed % 3;
+            let charge = [Charge::new(q, cost)];
+            let own = Request::new(
+                server.prefix(),
+                format!("own{i}").as_bytes(),
+                &charge,
+                Some(now),
+            );
+            let call = Call::alone(&own, 0);
+            assert!(call.script.is_compiled(), "{q:?}");
+            let generic = Request::new(
+                server.prefix(),
+                format!("gen{i}").as_bytes(),
+                &charge,
+                Some(now),
+            );
+            let mut args = scripts::args(q, Some(now), cost);
+            args[0] = "0".to_owned();
+            let reference = Call {
+                script: scripts::for_quota(q),
+                keys: generic.keys.to_vec(),
+                args,
+                requests: 1,
+            };
+            let (a, b) = (run(&server, &call), run(&server, &reference));
+            assert_eq!(a, b, "step {step}, quota {q:?}, cost {cost}, now {now}");
+            if a[0] == 1 {
+                admitted += 1;
+            } else {
+                denied += 1;
+            }
+        }
+    }
+    assert!(
+        admitted > 200 && denied > 200,
+        "{admitted} admitted, {denied} denied"
+    );
+}
+
+/// `NOSCRIPT` errors the server has answered.
+fn noscript_errors(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query(&mut server.connection())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("errorstat_NOSCRIPT:count="))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// Many callers of a quota the store has never seen: the first calls
+/// carry the quota's own script's source, so none meets `NOSCRIPT` (each
+/// would pay two more round trips); after the server loses its scripts,
+/// the store sends the source again and decides on.
+async fn first_calls_and_a_flushed_cache(
+    store: ratelimit_redis::RedisStore,
+    server: &RedisServer,
+    per_second: u64,
+) {
+    use ratelimit_core::store::StoreExt;
+    use std::sync::Arc;
+    let store = Arc::new(store);
+    // The algorithms' scripts are on the server, as the builder leaves
+    // them (a store made from a fred client loads them on first use).
+    for script in scripts::all() {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script.lua())
+            .query(&mut server.connection())
+            .unwrap();
+    }
+    // A quota no other test of this process uses: its script is new.
+    let q = Arc::new(Quota::fixed_window(Rate::per_second(per_second)).unwrap());
+    let mut tasks = Vec::new();
+    for t in 0..50u32 {
+        let (store, q) = (store.clone(), q.clone());
+        tasks.push(tokio::spawn(async move {
+            store
+                .decide_one(format!("c{t}").as_bytes(), &q, 1)
+                .await
+                .expect("decided")
+        }));
+    }
+    for t in tasks {
+        assert!(t.await.unwrap().allowed);
+    }
+    assert_eq!(noscript_errors(server), 0, "a first call met NOSCRIPT");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.connection())
+        .unwrap();
+    let d = store.decide_one(b"after", &q, 1).await.expect("decided");
+    assert!(d.allowed);
+    assert_eq!(
+        noscript_errors(server),
+        1,
+        "the flushed script went by SHA first"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_rs_first_calls_carry_the_source() {
+    let server = RedisServer::start_local();
+    let store = ratelimit_redis::RedisStore::builder(server.url())
+        .prefix(server.prefix())
+        .timeout(std::time::Duration::from_secs(5))
+        .build()
+        .await
+        .expect("connect");
+    first_calls_and_a_flushed_cache(store, &server, 987_654_321).await;
+}
+
+#[cfg(feature = "fred")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fred_first_calls_carry_the_source() {
+    let server = RedisServer::start_local();
+    let store = common::fred_store(&server.url(), server.prefix()).await;
+    first_calls_and_a_flushed_cache(store, &server, 987_654_322).await;
+}
