@@ -59,7 +59,7 @@ for r in $(seq "$ROUNDS"); do
     # Batch layout as the store sends it on the server's clock: min expiry,
     # 1 field per request (one quota set), the earliest deadline, keys
     # distinct (1), 1 quota set (id 1, n quotas, 5 args per quota), then the
-    # request's deadline.
+    # requests' deadlines in one argument (one request here).
     m1=$(per_call EVALSHA "$SHA_MULTI" 1 "b:{c}:tb2" 0 1 "$DL" 1 1 1 1 4 0 "${TB_ARGS[@]}" "$DL")
     m3=$(per_call EVALSHA "$SHA_MULTI" 3 "b:{c}:fw" "b:{c}:sw" "b:{c}:tb2" 0 1 "$DL" 1 1 1 3 \
         1 0 "${WIN_ARGS[@]}" 2 0 "${WIN_ARGS[@]}" 4 0 "${TB_ARGS[@]}" "$DL")

@@ -134,19 +134,19 @@ measure "single fixed window script" EVALSHA "$SHA_FW" 1 "m:{c}:fw" "$DL" "${WIN
 measure "single sliding window script" EVALSHA "$SHA_SW" 1 "m:{c}:sw" "$DL" "${WIN_ARGS[@]}"
 # Batch layout as the store sends it on the server's clock: min expiry, 1
 # field per request (one quota set), the earliest deadline, keys distinct
-# (1), 1 quota set (id 1, n quotas, 5 args per quota), then the request's
-# deadline.
+# (1), 1 quota set (id 1, n quotas, 5 args per quota), then the requests'
+# deadlines in one argument.
 measure "batch script, the token bucket alone" EVALSHA "$SHA_MULTI" 1 "m:{c}:tb2" 0 1 "$DL" 1 1 1 1 4 0 "${TB_ARGS[@]}" "$DL"
 measure "batch script, 3 quotas (a 3-quota call)" EVALSHA "$SHA_MULTI" 3 "m:{c}:fw" "m:{c}:sw" "m:{c}:tb2" 0 1 "$DL" 1 1 1 3 \
     1 0 "${WIN_ARGS[@]}" 2 0 "${WIN_ARGS[@]}" 4 0 "${TB_ARGS[@]}" "$DL"
 # Batches as the store sends them on the server's clock (compact layout):
 # B requests of B callers, each admitted; instructions per decision.
 for B in 16 128; do
-    BATCH_KEYS=() BATCH_DLS=()
+    BATCH_KEYS=() BATCH_DLS=""
     for i in $(seq "$B"); do
         BATCH_KEYS+=("rl:{caller-$B-$i}:tb2")
-        BATCH_DLS+=("$DL")
+        BATCH_DLS="${BATCH_DLS:+$BATCH_DLS }$DL"
     done
     PER=$B measure "batch script, $B requests of one quota each, per decision" EVALSHA "$SHA_MULTI" "$B" \
-        "${BATCH_KEYS[@]}" 0 1 "$DL" 1 1 1 1 4 0 "${TB_ARGS[@]}" "${BATCH_DLS[@]}"
+        "${BATCH_KEYS[@]}" 0 1 "$DL" 1 1 1 1 4 0 "${TB_ARGS[@]}" "$BATCH_DLS"
 done

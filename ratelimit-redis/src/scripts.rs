@@ -62,11 +62,11 @@
 //! |---|---|
 //! | `KEYS` | every request's keys, in order (one caller's keys share a hash tag; a cluster batch holds one slot) |
 //! | `ARGV[1]` | minimum expiry in ms |
-//! | `ARGV[2]` | the fields per request: `1` when every request is on the call's one quota set and the server's clock (the common batch: the deadline alone), else `3` |
+//! | `ARGV[2]` | the fields per request: `1` when every request is on the call's one quota set and the server's clock (the common batch: its deadline alone, all of them in one argument), else `3` |
 //! | `ARGV[3]` | the earliest of the requests' deadlines in the server's µs (`0`: none has one): while `TIME` is not past it, no request can have expired and no request's own deadline is read |
 //! | `ARGV[4]` | `1` when no key appears twice in `KEYS`, else `0`: the script reads every key's string state up front (one `MGET`), and keeps what it writes for the requests after only when a key repeats |
 //! | `ARGV[5]` | the number of quota sets; then per set: its id, its number n of quotas, then per quota: the algorithm (1 fixed window, 2 sliding window, 3 sliding log, 4 token bucket), shadow (0/1), and the single script's `ARGV[2..=4]`. Requests over the same quotas share a set, sent and parsed once per call |
-//! | then per request | with 3 fields: now (`""`: `TIME`), its deadline in the server's µs (0: none), the id of its quota set; with 1: its deadline |
+//! | then | with 3 fields, per request: now (`""`: `TIME`), its deadline in the server's µs (0: none), the id of its quota set; with 1, one argument: every request's deadline, in order, separated by spaces (the script splits it only when `TIME` is past the earliest) |
 //!
 //! Reply: per request 4 integers per quota (each as a single script's
 //! reply, allowed first: 0 or 1), or `-1` alone (expired: nothing written);
@@ -94,6 +94,7 @@
 //! when it admits), so there is nothing to write, and a clock that later
 //! steps back finds the same state the model does.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, PoisonError, RwLock};
 use std::time::Duration;
@@ -715,7 +716,7 @@ impl Call {
                 + 3 * requests.len(),
         );
         // One set and the server's clock (the common batch): each request
-        // sends its deadline alone.
+        // sends its deadline alone, and all go in one argument.
         let compact = sets.len() == 1 && requests.iter().all(|(r, _)| r.now.is_none());
         args.push(min_expiry(requests.first().and_then(|(r, _)| r.now)));
         args.push(if compact { "1" } else { "3" }.to_owned());
@@ -738,17 +739,25 @@ impl Call {
                 q.push_batch(&mut args);
             }
         }
-        for ((r, deadline), set) in requests.iter().zip(set_of) {
-            if compact {
+        if compact {
+            // Every deadline in one argument, in order, space-separated.
+            let mut all = String::with_capacity(17 * requests.len());
+            for (i, (_, deadline)) in requests.iter().enumerate() {
+                if i > 0 {
+                    all.push(' ');
+                }
+                let _ = write!(all, "{}", batch_deadline_micros(*deadline));
+            }
+            args.push(all);
+        } else {
+            for ((r, deadline), set) in requests.iter().zip(set_of) {
+                match r.now {
+                    Some(now) => args.push(now.to_string()),
+                    None => args.push(String::new()),
+                }
                 args.push(batch_deadline(*deadline));
-                continue;
+                args.push(ids[set].clone());
             }
-            match r.now {
-                Some(now) => args.push(now.to_string()),
-                None => args.push(String::new()),
-            }
-            args.push(batch_deadline(*deadline));
-            args.push(ids[set].clone());
         }
         Self {
             script: &BATCH,
@@ -865,13 +874,13 @@ mod tests {
         assert_eq!(&both[..5], ["1", "0", "1", "100", "60000000"]);
         assert_eq!(&call.args[24..], ["", "4", "1", "7", "9", "2"]);
         // Requests over the same quotas share one set; on one set and the
-        // server's clock each sends its deadline alone. A key that repeats
+        // server's clock the deadlines go in one argument. A key that repeats
         // says so; a request without a deadline (0) is not the earliest.
         let r3 = Request::new("rl", b"other", &[Charge::new(&q, 2)], None);
         let call = Call::batch(&[(&r, 0), (&r3, 5), (&r, -8)]);
         assert_eq!(&call.args[..7], ["0", "1", "5", "0", "1", "1", "1"]);
-        assert_eq!(call.args.len(), 5 + 2 + 5 + 3);
-        assert_eq!(&call.args[12..], ["0", "5", "7"]);
+        assert_eq!(call.args.len(), 5 + 2 + 5 + 1);
+        assert_eq!(&call.args[12..], ["0 5 7"]);
         // No deadline at all: 0.
         let call = Call::batch(&[(&r, 0), (&r3, -1)]);
         assert_eq!(&call.args[2..4], ["0", "1"]);

@@ -120,3 +120,54 @@ fn a_call_of_more_keys_than_one_read_takes_reads_every_key() {
         assert_eq!(*o, Some(i % 2 == 1), "caller {i}");
     }
 }
+
+fn stored(server: &RedisServer, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query(&mut server.connection())
+        .expect("GET")
+}
+
+/// The script formats a state and an expiry once for the requests of a
+/// call that write the same ones (buckets admitted from full at one
+/// instant); requests whose buckets differ still write their own.
+#[test]
+fn each_request_writes_its_own_state() {
+    let server = RedisServer::start_local();
+    let q = Quota::token_bucket(Rate::per_hour(1), 3).unwrap();
+    let on = |caller: &str| {
+        Request::new(
+            server.prefix(),
+            caller.as_bytes(),
+            &[Charge::new(&q, 1)],
+            None,
+        )
+    };
+    let [a, b, c] = ["a", "b", "c"].map(on);
+    // a spends two tokens first, in a call of its own.
+    run(&server, &Call::batch(&[(&a, FAR), (&a, FAR)]));
+    let reply = run(&server, &Call::batch(&[(&b, FAR), (&a, FAR), (&c, FAR)]));
+    let (outcomes, _) = decode::batch(&reply, &[1, 1, 1]).expect("a batch reply");
+    let remaining: Vec<u64> = outcomes
+        .iter()
+        .map(|o| match o {
+            Outcome::Decided(d) => {
+                decode::for_limits(d, &[decode::Limit::of(&q)]).expect("decoded")[0].remaining
+            }
+            Outcome::Expired => panic!("nothing expires here"),
+        })
+        .collect();
+    assert_eq!(remaining, [2, 0, 2]);
+    let [sa, sb, sc] = [&a, &b, &c].map(|r| stored(&server, &r.keys[0]).expect("written"));
+    assert_eq!(sb, sc, "two full buckets admitted at one instant");
+    assert_ne!(sa, sb, "a's bucket was not full");
+    // Each key's expiry is its own: a's bucket is full again two tokens
+    // later than b's.
+    let ttl = |r: &Request| -> i64 {
+        redis::cmd("PTTL")
+            .arg(&r.keys[0])
+            .query(&mut server.connection())
+            .expect("PTTL")
+    };
+    assert!(ttl(&a) > ttl(&b) + 3_600_000, "{} vs {}", ttl(&a), ttl(&b));
+}

@@ -19,9 +19,11 @@
 --          (as the single scripts' ARGV[2..4]). Requests over the same
 --          quotas share one set: its arguments are sent and parsed once per
 --          call.
--- then per request, with 3 fields: now in µs ("" for the server's TIME),
+-- then, with 3 fields: per request, now in µs ("" for the server's TIME),
 --   the deadline in the server's µs (0: none), the id of its quota set;
---   with 1: the deadline
+--   with 1: one argument, every request's deadline in order, separated by
+--   spaces (split only when TIME is past the earliest: one string where a
+--   field per request would cost the server an argument each)
 -- Returns per request 4 integers per quota {allowed (0/1), remaining (in
 -- bucket units for a token bucket), reset_after_us, retry_after_us or -1},
 -- that quota's own decision; or -1
@@ -78,13 +80,25 @@ end
 -- the state to write and its expiry in ms, the remaining without this
 -- request, the charge, the kind.
 local r1, r2, r3, r4, wvs, mss, adj, xs, kinds = {}, {}, {}, {}, {}, {}, {}, {}, {}
-local ki = 0
-while a <= nargv do
-  local now, rdl
+-- The last state and expiry formatted, with their strings: requests of one
+-- quota admitted at one instant from a full bucket, or in one window,
+-- write the same expiry (and a bucket the same state); formatted once.
+local tb_t, tb_w, last_ms, last_mss = nil, nil, nil, nil
+local ki, nreq, dls = 0, 0, nil
+if compact then
+  -- The call's one set (the last parsed), the server's clock.
+  nreq = nk / q[1]
+  if late then
+    dls = {}
+    for d in string.gmatch(ARGV[a], '%d+') do dls[#dls + 1] = d end
+  end
+else
+  nreq = (nargv - a + 1) / 3
+end
+for r = 1, nreq do
+  local now, rdl = st, '0'
   if compact then
-    -- The call's one set (the last parsed), the server's clock.
-    now, rdl = st, ARGV[a]
-    a = a + 1
+    if dls then rdl = dls[r] end
   else
     now, rdl, q = ARGV[a], ARGV[a + 1], sets[ARGV[a + 2]]
     a = a + 3

@@ -5,7 +5,8 @@
       local ms = reset % 1000
       if ms > 0 then ms = (reset - ms) / 1000 + 2 else ms = reset / 1000 + 1 end
       if ms < min_ms then ms = min_ms end
-      mss[i] = fmt('%d', ms)
+      if ms ~= last_ms then last_ms, last_mss = ms, fmt('%d', ms) end
+      mss[i] = last_mss
       -- If another quota denies the request: the remaining without it.
       local r = remaining + cost
       if r > limit then r = limit end

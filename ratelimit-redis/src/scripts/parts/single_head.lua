@@ -28,3 +28,4 @@ if now then now, min_ms = now + 0, ARGV[c + 1] + 0 else now = st end
 local fmt, find, sub, call = string.format, string.find, string.sub, redis.call
 local key = KEYS[1]
 local ok, remaining, reset, retry, cost, limit, wv = 0, 0, 0, -1, 0, 0, nil
+local tb_t, tb_w = nil, nil

@@ -35,7 +35,15 @@ if rho <= room and delta <= (room - rho - (room - rho) % y) / y then
   if rem > 0 then reset = whole + 1 end
   -- '%d' (a C long): integer formatting, far cheaper than the '%.17g'
   -- Redis applies to a Lua number argument.
-  if rem == 0 then wv = fmt('%d', now + whole) else wv = fmt('%d:%d', now + whole, rem) end
+  -- (tb_t, tb_w: the last state formatted, kept by the script around
+  -- this part; a batch's requests admitted from full buckets write one.)
+  if rem > 0 then
+    wv = fmt('%d:%d', now + whole, rem)
+  else
+    local t = now + whole
+    if t ~= tb_t then tb_t, tb_w = t, fmt('%d', t) end
+    wv = tb_w
+  end
   local level = z - d
   ok, remaining = 1, level
 else
