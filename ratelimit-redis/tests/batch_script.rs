@@ -5,6 +5,8 @@
 //! repeats in one call is read as the requests before it left it; a call
 //! of more keys than one read fetches (1,000) reads every key's state.
 
+mod common;
+
 use ratelimit_core::{Charge, Quota, Rate};
 use ratelimit_redis::decode::{self, Outcome};
 use ratelimit_redis::scripts::{Call, Request};
@@ -13,18 +15,7 @@ use ratelimit_testkit::redis_server::RedisServer;
 /// Far ahead of any server's clock, in µs.
 const FAR: i64 = 9_000_000_000_000_000;
 
-fn run(server: &RedisServer, call: &Call) -> Vec<i64> {
-    let mut invocation = call.script.redis().prepare_invoke();
-    for k in &call.keys {
-        invocation.key(k);
-    }
-    for a in &call.args {
-        invocation.arg(a);
-    }
-    invocation
-        .invoke(&mut server.connection())
-        .expect("the batch script runs")
-}
+use common::run_call as run;
 
 /// Each request's first quota: admitted (true), denied (false) or expired
 /// (None).

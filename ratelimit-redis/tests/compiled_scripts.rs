@@ -10,18 +10,7 @@ use ratelimit_core::{Charge, Quota, Rate};
 use ratelimit_redis::scripts::{self, Call, Request};
 use ratelimit_testkit::redis_server::RedisServer;
 
-fn run(server: &RedisServer, call: &Call) -> Vec<i64> {
-    let mut invocation = call.script.redis().prepare_invoke();
-    for k in &call.keys {
-        invocation.key(k);
-    }
-    for a in &call.args {
-        invocation.arg(a);
-    }
-    invocation
-        .invoke(&mut server.connection())
-        .expect("the script runs")
-}
+use common::run_call as run;
 
 #[test]
 fn a_quotas_own_script_decides_as_its_algorithms_script() {
@@ -85,13 +74,7 @@ fn a_quotas_own_script_decides_as_its_algorithms_script() {
 
 /// `NOSCRIPT` errors the server has answered.
 fn noscript_errors(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("errorstats")
-        .query(&mut server.connection())
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("errorstat_NOSCRIPT:count="))
-        .map_or(0, |n| n.trim().parse().unwrap())
+    common::info_count(server, "errorstats", "errorstat_NOSCRIPT:count=")
 }
 
 /// Many callers of a quota the store has never seen: the first calls

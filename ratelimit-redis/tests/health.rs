@@ -3,6 +3,8 @@
 //! opened by a stalled (SIGSTOPped) node after a stated number of failed
 //! calls, and closed again by the first probe the node answers.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -201,13 +203,5 @@ fn a_starved_runtime_does_not_open_the_breaker() {
 
 /// `EVALSHA` calls the server has run so far (`INFO commandstats`).
 fn evalsha_calls(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.connection())
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    common::info_count(server, "commandstats", "cmdstat_evalsha:calls=")
 }

@@ -112,3 +112,32 @@ impl StoreFactory for Factory {
             .collect()
     }
 }
+
+/// Runs `call`'s script on `server` directly (by SHA, loaded on
+/// `NOSCRIPT`) and returns its integer reply.
+pub fn run_call(server: &RedisServer, call: &ratelimit_redis::scripts::Call) -> Vec<i64> {
+    let mut invocation = call.script.redis().prepare_invoke();
+    for k in &call.keys {
+        invocation.key(k);
+    }
+    for a in &call.args {
+        invocation.arg(a);
+    }
+    invocation
+        .invoke(&mut server.connection())
+        .expect("the script runs")
+}
+
+/// The number after `field` (up to a comma) in `INFO section`, 0 when the
+/// line is absent: `info_count(s, "commandstats", "cmdstat_evalsha:calls=")`.
+pub fn info_count(server: &RedisServer, section: &str, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query(&mut server.connection())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
