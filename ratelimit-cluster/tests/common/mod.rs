@@ -208,10 +208,8 @@ pub fn keys_under(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
     keys
 }
 
-/// The one slot all keys under `prefix` live in.
-pub fn slot_of_keys(cluster: &RedisCluster, prefix: &str, expected_keys: usize) -> u16 {
-    let keys = keys_under(cluster, prefix);
-    assert_eq!(keys.len(), expected_keys, "{keys:?}");
+/// The one slot all of `keys` live in.
+pub fn slot_of_keys(cluster: &RedisCluster, keys: &[String]) -> u16 {
     let slots: std::collections::HashSet<u16> = keys
         .iter()
         .map(|k| cluster.key_slot(k.as_bytes()))
