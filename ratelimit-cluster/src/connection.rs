@@ -164,17 +164,7 @@ pub(crate) fn parse_slots(reply: Value, asked: &str) -> Option<Vec<(u16, u16, St
 }
 
 pub(crate) fn script_cmd(call: &Call, source: bool) -> Cmd {
-    let mut cmd = if source {
-        let mut c = redis::cmd("EVAL");
-        c.arg(call.script.lua());
-        c
-    } else {
-        let mut c = redis::cmd("EVALSHA");
-        c.arg(call.script.sha1());
-        c
-    };
-    cmd.arg(call.keys.len()).arg(&call.keys).arg(&call.args);
-    cmd
+    call.script.command(&call.keys, &call.args, source)
 }
 
 fn by_address(addr: &Addr) -> SingleNodeRoutingInfo {

@@ -182,6 +182,23 @@ impl Script {
         self.redis.get_hash()
     }
 
+    /// `EVALSHA <sha1> <numkeys> <keys…> <args…>` of this script, or `EVAL`
+    /// with the source when `source`, as a redis-rs command (the fred
+    /// backends build theirs with [`crate::fred::script_command`]).
+    pub fn command(&self, keys: &[String], args: &[String], source: bool) -> redis::Cmd {
+        let mut cmd = if source {
+            let mut c = redis::cmd("EVAL");
+            c.arg(self.lua);
+            c
+        } else {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(self.sha1());
+            c
+        };
+        cmd.arg(keys.len()).arg(keys).arg(args);
+        cmd
+    }
+
     /// The script as a `redis::Script`, whose `invoke_async` sends `EVALSHA`
     /// and on `NOSCRIPT` loads the script and retries.
     pub fn redis(&self) -> &redis::Script {
@@ -302,11 +319,9 @@ impl Compiled {
         }
     }
 
-    /// `quota`'s own script, made on first use; its algorithm's script
-    /// once the bound is reached.
-    fn single(&self, quota: &Quota) -> &'static Script {
-        let generic = for_quota(quota);
-        let args = QuotaArgs::new(quota, 1, false);
+    /// The own script of the quota of `args`, whose algorithm's script is
+    /// `generic`, made on first use; `generic` once the bound is reached.
+    fn get(&self, generic: &'static Script, args: &QuotaArgs) -> &'static Script {
         let shape: Shape = (args.kind, args.y, args.z, args.unit);
         let found = self
             .by_shape
@@ -327,7 +342,7 @@ impl Compiled {
         if map.len() >= self.bound {
             return generic;
         }
-        let s: &'static Script = Box::leak(Box::new(compile(generic, &args)));
+        let s: &'static Script = Box::leak(Box::new(compile(generic, args)));
         map.insert(shape, s);
         s
     }
@@ -345,7 +360,7 @@ static COMPILED: LazyLock<Compiled> = LazyLock::new(|| Compiled::new(MAX_COMPILE
 /// script until `SCRIPT FLUSH`, so their number is bounded); later ones
 /// use [`for_quota`]'s. Both decide alike: a test runs them side by side.
 pub fn single(quota: &Quota) -> &'static Script {
-    COMPILED.single(quota)
+    COMPILED.get(for_quota(quota), &QuotaArgs::new(quota, 1, false))
 }
 
 /// `generic` with the quota of `args` compiled in: its [`ARGS_LINE`]
@@ -420,12 +435,9 @@ pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
 /// sends a lone request with: the cost alone for a quota's own script,
 /// [`args`] for its algorithm's (no deadline: `ARGV[1]` is `0`).
 pub fn single_args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
-    if !single(quota).is_compiled() {
-        return args(quota, now, cost);
-    }
-    let mut args = Vec::with_capacity(4);
+    let mut args = Vec::with_capacity(6);
     args.push("0".to_owned());
-    args.push(cost.to_string());
+    QuotaArgs::new(quota, cost, false).push_single(single(quota), &mut args);
     push_now(&mut args, now);
     args
 }
@@ -473,6 +485,16 @@ impl QuotaArgs {
         args.push(self.z.to_string());
     }
 
+    /// What `script` (this quota's own, or its algorithm's) takes after the
+    /// deadline: the cost alone, or [`QuotaArgs::push_values`].
+    fn push_single(&self, script: &Script, args: &mut Vec<String>) {
+        if script.compiled {
+            args.push(self.cost.to_string());
+        } else {
+            self.push_values(args);
+        }
+    }
+
     /// The batch script's five arguments of this quota.
     fn push_batch(&self, args: &mut Vec<String>) {
         args.push(self.kind.to_owned());
@@ -487,7 +509,8 @@ impl QuotaArgs {
 #[derive(Debug, Clone)]
 pub struct Request {
     /// The script for this request alone: its algorithm's single-quota
-    /// script for one quota, [`BATCH`] (a batch of one) for several.
+    /// script for one quota (sent as the quota's own, [`single`], by
+    /// [`Call::alone`]), [`BATCH`] (a batch of one) for several.
     script: &'static Script,
     /// One key per quota, in order; one caller, so one hash slot.
     pub keys: SmallVec<[String; 1]>,
@@ -526,8 +549,10 @@ impl Request {
         now: Option<Micros>,
         slotted: bool,
     ) -> Self {
+        // The algorithm's script for one quota: a request sent alone takes
+        // the quota's own ([`Call::alone`]), one in a batch never needs it.
         let script = match charges {
-            [c] => single(c.quota),
+            [c] => for_quota(c.quota),
             _ => &BATCH,
         };
         let keys: SmallVec<[String; 1]> = charges
@@ -654,16 +679,14 @@ impl Call {
         if request.is_single() {
             let mut args = Vec::with_capacity(6);
             args.push(server_deadline.to_string());
+            let mut script = request.script;
             if let Some(q) = request.quota_args.first() {
-                if request.script.compiled {
-                    args.push(q.cost.to_string());
-                } else {
-                    q.push_values(&mut args);
-                }
+                script = COMPILED.get(script, q);
+                q.push_single(script, &mut args);
             }
             push_now(&mut args, request.now);
             Self {
-                script: request.script,
+                script,
                 keys,
                 args,
                 requests: 1,
@@ -918,10 +941,11 @@ mod tests {
         // have theirs.
         let few = Compiled::new(2);
         let q = |n| Quota::fixed_window(Rate::per_second(n)).unwrap();
-        let (a, b) = (few.single(&q(1)), few.single(&q(2)));
+        let own = |n| few.get(&FIXED_WINDOW, &QuotaArgs::new(&q(n), 1, false));
+        let (a, b) = (own(1), own(2));
         assert!(a.is_compiled() && b.is_compiled());
-        assert!(std::ptr::eq(few.single(&q(3)), &*FIXED_WINDOW));
-        assert!(std::ptr::eq(few.single(&q(1)), a));
+        assert!(std::ptr::eq(own(3), &*FIXED_WINDOW));
+        assert!(std::ptr::eq(own(1), a));
     }
 
     #[test]

@@ -45,11 +45,8 @@ impl Backend {
                 // A quota's own script on first use: EVAL with the source
                 // (which also caches it).
                 let mut cm = cm.clone();
-                redis::cmd("EVAL")
-                    .arg(script.lua())
-                    .arg(keys.len())
-                    .arg(keys)
-                    .arg(args)
+                script
+                    .command(keys, args, true)
                     .query_async(&mut cm)
                     .await
                     .map_err(error::from_redis)
