@@ -678,6 +678,16 @@ impl LocalStore {
     }
 }
 
+impl LocalStore {
+    /// [`Store::decide`] for a request of several charges (or none): out
+    /// of line, so that a single charge's frame holds none of its state.
+    #[cold]
+    #[inline(never)]
+    fn decide_several<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        Answer::ready(self.decide_request(request))
+    }
+}
+
 /// Answers in place, always ([`Capabilities::in_process`]); atomic across a
 /// request's charges; decides by the store's clock.
 impl Store for LocalStore {
@@ -692,7 +702,7 @@ impl Store for LocalStore {
                 Err(e) => Answer::ready(Err(e)),
             };
         }
-        Answer::ready(self.decide_request(request))
+        self.decide_several(request)
     }
 
     fn capabilities(&self) -> Capabilities {
