@@ -186,21 +186,29 @@ impl Script {
     /// with the source when `source`, as a redis-rs command (the fred
     /// backends build theirs with [`crate::fred::script_command`]).
     pub fn command(&self, keys: &[String], args: &[String], source: bool) -> redis::Cmd {
-        let mut cmd = if source {
-            let mut c = redis::cmd("EVAL");
-            c.arg(self.lua);
-            c
+        // Sized once: every argument's bytes, and a few for the count.
+        let (name, script) = if source {
+            ("EVAL", self.lua)
         } else {
-            let mut c = redis::cmd("EVALSHA");
-            c.arg(self.sha1());
-            c
+            ("EVALSHA", self.sha1())
         };
-        cmd.arg(keys.len()).arg(keys).arg(args);
+        let bytes = name.len()
+            + script.len()
+            + 4
+            + keys.iter().map(String::len).sum::<usize>()
+            + args.iter().map(String::len).sum::<usize>();
+        let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
+        cmd.arg(name)
+            .arg(script)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
         cmd
     }
 
-    /// The script as a `redis::Script`, whose `invoke_async` sends `EVALSHA`
-    /// and on `NOSCRIPT` loads the script and retries.
+    /// The script as a `redis::Script` (its `invoke_async` sends `EVALSHA`
+    /// and on `NOSCRIPT` loads the script and retries; the stores build
+    /// their own command with [`Script::command`] instead).
     pub fn redis(&self) -> &redis::Script {
         &self.redis
     }

@@ -52,16 +52,24 @@ impl Backend {
                     .map_err(error::from_redis)
             }
             Self::Redis(cm) => {
-                let mut call = script.redis().prepare_invoke();
-                for k in keys {
-                    call.key(k);
-                }
-                for a in args {
-                    call.arg(a);
-                }
-                // Sends EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again.
+                // EVALSHA, built straight from the call's arguments; on
+                // NOSCRIPT (a restarted or flushed server: the script did
+                // not run) EVAL with the source, which also caches it, in
+                // one round trip.
                 let mut cm = cm.clone();
-                call.invoke_async(&mut cm).await.map_err(error::from_redis)
+                match script.command(keys, args, false).query_async(&mut cm).await {
+                    Err(e)
+                        if e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        script
+                            .command(keys, args, true)
+                            .query_async(&mut cm)
+                            .await
+                            .map_err(error::from_redis)
+                    }
+                    reply => reply.map_err(error::from_redis),
+                }
             }
             #[cfg(feature = "fred")]
             Self::Fred(client) => crate::fred::eval(client, script, keys, args).await,
