@@ -676,9 +676,7 @@ impl LocalStore {
             }
         }
     }
-}
 
-impl LocalStore {
     /// [`Store::decide`] for a request of several charges (or none): out
     /// of line, so that a single charge's frame holds none of its state.
     #[cold]

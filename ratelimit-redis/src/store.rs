@@ -41,26 +41,22 @@ impl Backend {
         args: &[String],
     ) -> Result<Vec<i64>, StoreError> {
         let reply = match self {
-            Self::Redis(cm) if script.send_source_first() => {
-                // A quota's own script on first use: EVAL with the source
-                // (which also caches it).
+            Self::Redis(cm) => {
+                // EVALSHA, or EVAL with the source for a quota's own script
+                // on first use; on NOSCRIPT (a restarted or flushed server:
+                // the script did not run) EVAL with the source, which also
+                // caches it: one round trip more.
                 let mut cm = cm.clone();
-                script
-                    .command(keys, args, true)
+                let source = script.send_source_first();
+                match script
+                    .command(keys, args, source)
                     .query_async(&mut cm)
                     .await
-                    .map_err(error::from_redis)
-            }
-            Self::Redis(cm) => {
-                // EVALSHA, built straight from the call's arguments; on
-                // NOSCRIPT (a restarted or flushed server: the script did
-                // not run) EVAL with the source, which also caches it, in
-                // one round trip.
-                let mut cm = cm.clone();
-                match script.command(keys, args, false).query_async(&mut cm).await {
+                {
                     Err(e)
-                        if e.kind()
-                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                        if !source
+                            && e.kind()
+                                == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                     {
                         script
                             .command(keys, args, true)
