@@ -88,12 +88,16 @@ async fn bare(url: &str, quota: &Quota, keys: &[String], n: usize) -> usize {
     // digits, as a real one), then the quota's own script's arguments.
     let mut args = scripts::single_args(quota, None, 1);
     args[0] = "9876543210987654".to_owned();
+    // The store's keys, built once by its own key builder (so the loop
+    // does no work the store's call would not).
+    let keys: Vec<String> = keys
+        .iter()
+        .map(|k| ratelimit_redis::keys::key("rl", k.as_bytes(), quota))
+        .collect();
     let mut ok = 0;
     for i in 0..n {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&sha)
-            .arg(1)
-            .arg(format!("api:{{{}}}:tb", keys[i % keys.len()]));
+        cmd.arg(&sha).arg(1).arg(&keys[i % keys.len()]);
         for a in &args {
             cmd.arg(a);
         }
