@@ -31,10 +31,19 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let what = args.get(1).map_or("store", String::as_str).to_owned();
     let n: usize = args.get(2).map_or(2_000, |s| s.parse().expect("calls"));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // `REDIS_PROFILE_MT=1`: a multi-thread runtime (two workers), as a
+    // server's; the default is a current-thread runtime.
+    let rt = if std::env::var_os("REDIS_PROFILE_MT").is_some() {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+    .expect("runtime");
     let server = RedisServer::start_local();
     let url = server.url();
     let quota = Quota::token_bucket(Rate::per_second(1), 1_000_000).expect("quota");

@@ -289,3 +289,96 @@ async fn the_breaker_opens_on_timeouts_that_fire_on_time() {
     assert_eq!(l.stats().timeouts, 10);
     assert_eq!(l.breaker_state(), Some(BreakerState::Open));
 }
+
+/// A [`ratelimit_core::Timer`] that counts the sleeps it hands out.
+#[derive(Debug, Default, Clone)]
+struct CountingTimer(Arc<AtomicU64>);
+
+impl ratelimit_core::Timer for CountingTimer {
+    fn sleep(&self, duration: Duration) -> ratelimit_core::Sleep {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Box::pin(tokio::time::sleep(duration))
+    }
+
+    fn now(&self) -> std::time::Instant {
+        tokio::time::Instant::now().into_std()
+    }
+}
+
+/// A [`Relay`] that says whether it bounds its own calls by the request's
+/// deadline (and does: an answer later than the deadline is a timeout).
+#[derive(Debug)]
+struct BoundedRelay {
+    relay: Relay,
+    bounded: bool,
+}
+
+impl Store for BoundedRelay {
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        // What is left of the deadline, read as the request arrives (the
+        // test runs on tokio's paused clock: the wait is on tokio's timer).
+        let left = request
+            .deadline
+            .instant()
+            .map(|at| at.saturating_duration_since(std::time::Instant::now()));
+        let answer = self.relay.decide(request);
+        if !self.bounded {
+            return answer;
+        }
+        Answer::pending(async move {
+            let Some(left) = left else {
+                return answer.await;
+            };
+            match tokio::time::timeout(left, answer).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Timeout(left)),
+            }
+        })
+    }
+
+    fn capabilities(&self) -> ratelimit_core::store::Capabilities {
+        ratelimit_core::store::Capabilities::default().bounded(self.bounded)
+    }
+}
+
+/// A store that bounds its own calls (`Capabilities::bounded`, as the
+/// Redis stores do) gets no timer from the limiter; any other store's
+/// pending call is raced against one. Either way a call past the deadline
+/// is decided by the degraded mode.
+#[tokio::test(start_paused = true)]
+async fn the_limiter_arms_no_timer_for_a_store_that_bounds_its_calls() {
+    for bounded in [false, true] {
+        for (delay, answered) in [
+            (Duration::from_millis(1), true),
+            (Duration::from_secs(1), false),
+        ] {
+            let timer = CountingTimer::default();
+            let store = Arc::new(BoundedRelay {
+                relay: Relay::new(delay),
+                bounded,
+            });
+            let l = Limiter::builder_arc(store)
+                .quota(Quota::fixed_window(Rate::per_second(1_000_000)).unwrap())
+                .failure_policy(FailurePolicy::FailClosed)
+                .timer(timer.clone())
+                .timeout(Duration::from_millis(20))
+                .build()
+                .unwrap();
+            for i in 0..5 {
+                let d = l.check(format!("c{i}")).await;
+                let want = if answered {
+                    Source::Store
+                } else {
+                    Source::FailClosed
+                };
+                assert_eq!(d.source, want, "bounded {bounded}, delay {delay:?}");
+            }
+            let sleeps = timer.0.load(Ordering::Relaxed);
+            if bounded {
+                assert_eq!(sleeps, 0, "a bounded store's calls need no timer");
+            } else {
+                assert_eq!(sleeps, 5, "one timer per pending call");
+            }
+        }
+    }
+}

@@ -217,12 +217,14 @@ impl Engine {
     }
 
     /// What a store over this engine offers: atomic decisions, failure
-    /// domains judged by the engine itself (one breaker per node), and
-    /// Redis' clocks unless one was injected.
+    /// domains judged by the engine itself (one breaker per node), every
+    /// call bounded by the request's deadline (the limiter arms no timer of
+    /// its own), and Redis' clocks unless one was injected.
     pub fn capabilities(&self) -> Capabilities {
         Capabilities::default()
             .atomic(true)
             .failure_domains(true)
+            .bounded(true)
             .shared_clock(self.clock.clone())
     }
 
@@ -568,8 +570,12 @@ impl Engine {
 const FOLLOW_AT_MOST: Duration = Duration::from_secs(30);
 
 /// The future of one script call.
-pub(crate) type Eval =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<i64>, StoreError>> + Send>>;
+pub(crate) type Eval = EvalOf<'static>;
+
+/// The future [`Transport::eval`] returns (as `async_trait` writes it, so
+/// that an implementation may box its future itself).
+pub type EvalOf<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<i64>, StoreError>> + Send + 'a>>;
 
 /// Follows a call its caller gave up on to its reply (for at most
 /// [`FOLLOW_AT_MOST`]), recording the reply as the node's progress.

@@ -4,15 +4,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use ratelimit_core::store::{Answer, Capabilities, Request};
 use ratelimit_core::{Store, StoreError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::engine::{Engine, Transport};
+use crate::engine::{Engine, Eval, EvalOf, Transport};
 use crate::error;
 use crate::options::Options;
-use crate::scripts::{Call, Script};
+use crate::scripts::Call;
 
 /// Default bound on one whole decision (a reconnect, `EVALSHA`, and on
 /// `NOSCRIPT` a `SCRIPT LOAD` and a second `EVALSHA`): 140 ms, that is
@@ -32,48 +31,59 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// Runs `script` on `keys` with `args`, `EVALSHA` first and the source
-    /// again on `NOSCRIPT`; returns the integer reply.
-    async fn eval(
-        &self,
-        script: &Script,
-        keys: &[String],
-        args: &[String],
-    ) -> Result<Vec<i64>, StoreError> {
-        let reply = match self {
+    /// Runs `call` (`EVALSHA`, and the source again on `NOSCRIPT`) and
+    /// returns the integer reply, as a future boxed per client: each box
+    /// is the size of its own client's call, not of the larger of the two.
+    fn eval(&self, call: Arc<Call>) -> Eval {
+        match self {
             Self::Redis(cm) => {
-                // EVALSHA, or EVAL with the source for a quota's own script
-                // on first use; on NOSCRIPT (a restarted or flushed server:
-                // the script did not run) EVAL with the source, which also
-                // caches it: one round trip more.
                 let mut cm = cm.clone();
-                let source = script.send_source_first();
-                match script
-                    .command(keys, args, source)
-                    .query_async(&mut cm)
-                    .await
-                {
-                    Err(e)
-                        if !source
-                            && e.kind()
-                                == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                Box::pin(async move {
+                    // EVALSHA, or EVAL with the source for a quota's own
+                    // script on first use; on NOSCRIPT (a restarted or
+                    // flushed server: the script did not run) EVAL with the
+                    // source, which also caches it: one round trip more.
+                    let (script, keys, args) = (call.script, &call.keys, &call.args);
+                    let source = script.send_source_first();
+                    let reply = match script
+                        .command(keys, args, source)
+                        .query_async(&mut cm)
+                        .await
                     {
-                        script
-                            .command(keys, args, true)
-                            .query_async(&mut cm)
-                            .await
-                            .map_err(error::from_redis)
+                        Err(e)
+                            if !source
+                                && e.kind()
+                                    == redis::ErrorKind::Server(
+                                        redis::ServerErrorKind::NoScript,
+                                    ) =>
+                        {
+                            script
+                                .command(keys, args, true)
+                                .query_async(&mut cm)
+                                .await
+                                .map_err(error::from_redis)
+                        }
+                        reply => reply.map_err(error::from_redis),
+                    };
+                    if reply.is_ok() {
+                        script.mark_loaded();
                     }
-                    reply => reply.map_err(error::from_redis),
-                }
+                    reply
+                })
             }
             #[cfg(feature = "fred")]
-            Self::Fred(client) => crate::fred::eval(client, script, keys, args).await,
-        };
-        if reply.is_ok() {
-            script.mark_loaded();
+            Self::Fred(client) => {
+                let client = client.clone();
+                Box::pin(async move {
+                    let reply =
+                        crate::fred::eval(&client, call.script, &call.keys, &call.args).await;
+                    if reply.is_ok() {
+                        call.script.mark_loaded();
+                    }
+                    reply
+                })
+            }
         }
-        reply
     }
 
     fn name(&self) -> &'static str {
@@ -91,14 +101,12 @@ struct Node {
     name: Arc<str>,
 }
 
-#[async_trait]
 impl Transport for Node {
-    async fn eval(
-        self: Arc<Self>,
-        call: Arc<Call>,
-        _deadline: Instant,
-    ) -> Result<Vec<i64>, StoreError> {
-        self.backend.eval(call.script, &call.keys, &call.args).await
+    fn eval<'a>(self: Arc<Self>, call: Arc<Call>, _deadline: Instant) -> EvalOf<'a>
+    where
+        Self: 'a,
+    {
+        self.backend.eval(call)
     }
 
     fn domain(&self, _slot: u16) -> Arc<str> {

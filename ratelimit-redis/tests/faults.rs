@@ -65,6 +65,9 @@ async fn fred_paused_server_decisions_follow_the_policy_within_the_timeout() {
 }
 
 async fn paused(server: &RedisServer, s: RedisStore) {
+    // The store bounds its own calls by the request's deadline, so the
+    // limiter arms no timer: the bound below is the store's.
+    assert!(s.capabilities().is_bounded());
     let open = limiter(s.clone(), FailurePolicy::FailOpen);
     let closed = limiter(s.clone(), FailurePolicy::FailClosed);
     assert_eq!(open.check("warm").await.source, Source::Store);

@@ -27,7 +27,9 @@
 //! `--bench-requests Q` (per redis-benchmark test) (150000),
 //! `--memory-callers C` (100000), `--deny` (use "100/min, burst 20" so most
 //! calls are denied, instead of quotas no caller reaches), `--skip-memory`,
-//! `--skip-overhead`, `--skip-throughput`, `--cluster` (also drive
+//! `--skip-overhead`, `--skip-throughput`, `--ratio-only` (of the
+//! throughput section, only the token bucket through `Limiter::check` and
+//! its bare `EVALSHA`: the client-side ratio), `--cluster` (also drive
 //! `ClusterStore` on a local 6-node cluster: 3 masters + 3 replicas).
 
 use std::collections::BTreeMap;
@@ -90,6 +92,9 @@ struct Args {
     memory: bool,
     overhead: bool,
     throughput: bool,
+    /// Only what the client-side ratio needs: the token bucket through
+    /// `Limiter::check` and its bare `EVALSHA`, per client.
+    ratio_only: bool,
     cluster: bool,
 }
 
@@ -106,6 +111,7 @@ fn parse_args() -> Args {
         memory: true,
         overhead: true,
         throughput: true,
+        ratio_only: false,
         cluster: false,
     };
     let mut it = std::env::args().skip(1);
@@ -128,6 +134,7 @@ fn parse_args() -> Args {
             "--skip-memory" => a.memory = false,
             "--skip-overhead" => a.overhead = false,
             "--skip-throughput" => a.throughput = false,
+            "--ratio-only" => a.ratio_only = true,
             "--cluster" => a.cluster = true,
             // `cargo bench` passes --bench to every target.
             "--bench" => {}
@@ -816,6 +823,9 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
     let tb = q.ours(AlgorithmKind::TokenBucket);
     for lib in Lib::all() {
         for kind in ALGORITHMS {
+            if a.ratio_only && kind != AlgorithmKind::TokenBucket {
+                continue;
+            }
             let quota = q.ours(kind);
             let call = ours_limiter(lib, &url, &quota, m, k).await;
             book.add(
@@ -836,6 +846,9 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
             &format!("ours token_bucket script, bare EVALSHA ({})", lib.name()),
             drive(&bare, n, m, k, s, Some(&url)).await,
         );
+    }
+    if a.ratio_only {
+        return;
     }
     let naive_tb = bare_evalsha(
         Lib::RedisRs,
@@ -1319,7 +1332,9 @@ async fn main() {
     for run in 1..=a.runs {
         eprintln!("run {run} of {}", a.runs);
         if a.throughput {
-            script_costs_run(&a, &q, &server, &mut costs);
+            if !a.ratio_only {
+                script_costs_run(&a, &q, &server, &mut costs);
+            }
             throughput_run(&a, &q, &server, &mut load).await;
         }
         if a.overhead {

@@ -269,6 +269,7 @@ impl LimiterBuilder {
                 namespace: self.namespace,
                 policy: self.policy.unwrap_or(FailurePolicy::FailClosed),
                 timeout: self.timeout,
+                bounded: capabilities.bounded,
                 timer,
                 clock,
                 counters: Counters::default(),

@@ -128,6 +128,9 @@ struct Inner {
     prefix: check::Prefix,
     policy: FailurePolicy,
     timeout: Duration,
+    /// The store bounds its calls by the request's deadline
+    /// ([`crate::store::Capabilities::bounded`]): no timer of the limiter's.
+    bounded: bool,
     timer: Arc<dyn Timer>,
     clock: Arc<dyn Clock>,
     counters: Counters,

@@ -488,6 +488,7 @@ impl Limiter {
                 let outcome = Guarded {
                     call: answer,
                     sleep: None,
+                    arm: !inner.bounded,
                     timer: &*inner.timer,
                     timeout: inner.timeout,
                 }

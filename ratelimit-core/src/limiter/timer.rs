@@ -56,10 +56,13 @@ pub(crate) enum Guard<T> {
 
 /// Polls the store call, catching panics, racing it against the timer. The
 /// timer is armed only once the call has returned `Pending`, so a store that
-/// answers at once (the in-process one) never pays for a sleep.
+/// answers at once (the in-process one) never pays for a sleep, and not at
+/// all when `arm` is false (a store that bounds its own calls by the
+/// request's deadline: [`crate::store::Capabilities::bounded`]).
 pub(crate) struct Guarded<'a, F> {
     pub(crate) call: F,
     pub(crate) sleep: Option<(Sleep, std::time::Instant)>,
+    pub(crate) arm: bool,
     pub(crate) timer: &'a dyn Timer,
     pub(crate) timeout: Duration,
 }
@@ -73,6 +76,9 @@ impl<F: Future + Unpin> Future for Guarded<'_, F> {
             Ok(Poll::Ready(v)) => return Poll::Ready(Guard::Done(v)),
             Ok(Poll::Pending) => {}
             Err(_) => return Poll::Ready(Guard::Panicked),
+        }
+        if !this.arm {
+            return Poll::Pending;
         }
         let (timer, timeout) = (this.timer, this.timeout);
         let (sleep, armed) = this

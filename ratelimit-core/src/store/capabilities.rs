@@ -9,7 +9,8 @@ use crate::clock::Clock;
 /// [`crate::Limiter`] is built, and checked by `ratelimit-testkit`.
 ///
 /// The default promises nothing: not atomic across charges, not in
-/// process, no clock of its own, no failure domains.
+/// process, no clock of its own, no failure domains, no bound of its own
+/// on a call.
 ///
 /// ```
 /// use ratelimit_core::store::Capabilities;
@@ -48,6 +49,16 @@ pub struct Capabilities {
     /// circuit breaker of its own, so one dead node never switches off the
     /// store for callers whose state lives on healthy ones.
     pub failure_domains: bool,
+    /// Every pending answer settles by the request's
+    /// [`Deadline`](super::Deadline) on its own: the store races its calls
+    /// against the deadline and answers
+    /// [`StoreError::Timeout`](crate::StoreError::Timeout) (or
+    /// [`StoreError::Expired`](crate::StoreError::Expired)) when it passes,
+    /// as the Redis stores do. The limiter then arms no timer of its own
+    /// for the call. A store that reports it and lets a call hang past the
+    /// deadline hangs its caller: leave it `false` unless every path is
+    /// bounded.
+    pub bounded: bool,
 }
 
 impl Capabilities {
@@ -79,6 +90,17 @@ impl Capabilities {
     pub fn failure_domains(mut self, failure_domains: bool) -> Self {
         self.failure_domains = failure_domains;
         self
+    }
+
+    /// Sets [`Capabilities::bounded`].
+    pub fn bounded(mut self, bounded: bool) -> Self {
+        self.bounded = bounded;
+        self
+    }
+
+    /// Whether every pending answer settles by the request's deadline.
+    pub fn is_bounded(&self) -> bool {
+        self.bounded
     }
 
     /// Whether requests are decided atomically across their charges.

@@ -14,6 +14,12 @@ use ratelimit_core::{Decision, Quota, Store};
 /// limiter gives its timeout, and long enough never to pass in a test.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
 
+/// How long after a request's deadline the suite waits for the answer of a
+/// store that reports it bounds its calls
+/// ([`ratelimit_core::store::Capabilities::bounded`]) before failing it:
+/// the limiter arms no timer of its own for such a store.
+pub(crate) const BOUNDED_GRACE: Duration = Duration::from_secs(5);
+
 /// Asks `store` for `charges` on `key`, as the limiter does. `Err` holds
 /// what went wrong: the store's error, or a broken rule of the door.
 pub(crate) async fn ask(
@@ -31,18 +37,38 @@ pub(crate) async fn ask_before(
     charges: &[Charge<'_>],
     deadline: Deadline,
 ) -> Result<Decisions, String> {
+    let received = std::time::Instant::now();
     let request = Request::new(key, charges).with_deadline(deadline);
     let result = match store.decide(request).into_ready() {
         Ok(result) => result,
         Err(pending) => {
-            if store.capabilities().in_process {
+            let caps = store.capabilities();
+            if caps.in_process {
                 return Err(
                     "the store reports that it answers in process (Capabilities::in_process) but \
                      answered pending"
                         .to_owned(),
                 );
             }
-            pending.await
+            match deadline.instant_from(received).filter(|_| caps.bounded) {
+                // The limiter would wait for this answer with no timer of
+                // its own: it must come by the deadline.
+                Some(at) => {
+                    let until = tokio::time::Instant::from_std(at + BOUNDED_GRACE);
+                    match tokio::time::timeout_at(until, pending).await {
+                        Ok(result) => result,
+                        Err(_) => {
+                            return Err(format!(
+                                "the store reports that it bounds its calls by the request's \
+                                 deadline (Capabilities::bounded) but had not answered {:?} \
+                                 after it",
+                                BOUNDED_GRACE
+                            ));
+                        }
+                    }
+                }
+                None => pending.await,
+            }
         }
     };
     let decisions = result.map_err(|e| format!("the store failed: {e}"))?;
