@@ -478,12 +478,6 @@ async fn send_once(
     };
     let call = Arc::new(call);
     let start = Instant::now();
-    let sent_at = u64::try_from(
-        start
-            .saturating_duration_since(engine.domains_base())
-            .as_micros(),
-    )
-    .unwrap_or(u64::MAX);
     let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
     let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
     let received = Instant::now();
@@ -503,7 +497,7 @@ async fn send_once(
     } else {
         drop(guards);
     }
-    let raw = match engine.judge(domain, outcome, start, sent_at, deadline, received, false) {
+    let raw = match engine.judge(domain, outcome, start, deadline, received, false) {
         Ok(raw) => raw,
         Err(e) => {
             for (_, reply) in answered {

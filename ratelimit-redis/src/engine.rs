@@ -363,7 +363,9 @@ impl Engine {
                 .then(|| crate::batch::Lead::new(self.clone(), transport.clone(), domain.clone()));
             let in_flight = domain.enter(now);
             let raw = self
-                .send_alone(transport, &domain, &mut req, deadline, permit, in_flight)
+                .send_alone(
+                    transport, &domain, &mut req, start, deadline, permit, in_flight,
+                )
                 .await?;
             decode::for_limits(&raw, &req.limits)
         } else {
@@ -381,25 +383,25 @@ impl Engine {
     /// judges the outcome for the node (see the type's docs); learns the
     /// server's clock from the reply. Returns the decision integers (4 per
     /// quota), or [`StoreError::Expired`] when the script found the
-    /// deadline passed.
+    /// deadline passed. `start`: when the request was received.
+    #[allow(clippy::too_many_arguments)]
     async fn send_alone(
         &self,
         transport: &Arc<dyn Transport>,
         domain: &Arc<Domain>,
         req: &mut scripts::Request,
+        start: Instant,
         deadline: Instant,
         permit: Permit<'_>,
         in_flight: crate::domains::InFlight,
     ) -> Result<Vec<i64>, StoreError> {
         let shared = &*self.shared;
-        let start = Instant::now();
         let index = self.clock_index(req.slot());
         let Some(server_deadline) = shared.server_clock.server_deadline(index, deadline) else {
             // Past already: nothing was sent.
             return Err(StoreError::Expired);
         };
         let call = Arc::new(Call::alone_taking_keys(req, server_deadline));
-        let sent_at = shared.domains.micros(start);
         let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
         let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
         let received = Instant::now();
@@ -421,7 +423,6 @@ impl Engine {
             domain,
             outcome,
             start,
-            sent_at,
             deadline,
             received,
             permit.is_probe(),
@@ -498,12 +499,10 @@ impl Engine {
         domain: &Arc<Domain>,
         outcome: Result<Result<Vec<i64>, StoreError>, tokio::time::error::Elapsed>,
         start: Instant,
-        sent_at: Micros,
         deadline: Instant,
         received: Instant,
         probe: bool,
     ) -> Result<Vec<i64>, StoreError> {
-        let _ = sent_at;
         let now = self.shared.domains.micros(received);
         match outcome {
             Ok(Ok(raw)) => {

@@ -412,8 +412,8 @@ pub fn all() -> [&'static Script; 5] {
 /// numbers (`ARGV[5..=6]`) or after the cost in a quota's own script.
 fn push_now(args: &mut Vec<String>, now: Option<Micros>) {
     if let Some(now) = now {
-        args.push(now.to_string());
-        args.push(INJECTED_CLOCK_MIN_EXPIRY.as_millis().to_string());
+        args.push(decimal(now));
+        args.push(decimal(INJECTED_CLOCK_MIN_EXPIRY.as_millis()));
     }
 }
 
@@ -488,16 +488,16 @@ impl QuotaArgs {
     /// `x, y, z`: the single script's `ARGV[2..=4]` (`need` is computed
     /// here for a token bucket: one multiplication less in Lua).
     fn push_values(&self, args: &mut Vec<String>) {
-        args.push((self.cost * self.unit).to_string());
-        args.push(self.y.to_string());
-        args.push(self.z.to_string());
+        args.push(decimal(self.cost * self.unit));
+        args.push(decimal(self.y));
+        args.push(decimal(self.z));
     }
 
     /// What `script` (this quota's own, or its algorithm's) takes after the
     /// deadline: the cost alone, or [`QuotaArgs::push_values`].
     fn push_single(&self, script: &Script, args: &mut Vec<String>) {
         if script.compiled {
-            args.push(self.cost.to_string());
+            args.push(decimal(self.cost));
         } else {
             self.push_values(args);
         }
@@ -630,7 +630,7 @@ pub struct Call {
 /// clock or the server's.
 fn min_expiry(now: Option<Micros>) -> String {
     match now {
-        Some(_) => INJECTED_CLOCK_MIN_EXPIRY.as_millis().to_string(),
+        Some(_) => decimal(INJECTED_CLOCK_MIN_EXPIRY.as_millis()),
         None => "0".to_owned(),
     }
 }
@@ -639,7 +639,7 @@ fn min_expiry(now: Option<Micros>) -> String {
 /// [`crate::deadline`]), as the batch script takes it: the instant alone,
 /// 0 for none (the batch script always returns `TIME`).
 fn batch_deadline(server_micros: i64) -> String {
-    batch_deadline_micros(server_micros).to_string()
+    decimal(batch_deadline_micros(server_micros))
 }
 
 /// As [`batch_deadline`], the number.
@@ -686,7 +686,7 @@ impl Call {
     fn alone_with_keys(request: &Request, server_deadline: i64, keys: Vec<String>) -> Self {
         if request.is_single() {
             let mut args = Vec::with_capacity(6);
-            args.push(server_deadline.to_string());
+            args.push(decimal(server_deadline));
             let mut script = request.script;
             if let Some(q) = request.quota_args.first() {
                 script = COMPILED.get(script, q);
@@ -759,13 +759,13 @@ impl Call {
             .filter(|d| *d > 0)
             .min()
             .unwrap_or(0);
-        args.push(earliest.to_string());
+        args.push(decimal(earliest));
         args.push(if distinct(&keys) { "1" } else { "0" }.to_owned());
-        args.push(sets.len().to_string());
-        let ids: Vec<String> = (1..=sets.len()).map(|i| i.to_string()).collect();
+        args.push(decimal(sets.len()));
+        let ids: Vec<String> = (1..=sets.len()).map(decimal).collect();
         for (id, s) in ids.iter().zip(&sets) {
             args.push(id.clone());
-            args.push(s.quotas().to_string());
+            args.push(decimal(s.quotas()));
             for q in &s.quota_args {
                 q.push_batch(&mut args);
             }
@@ -783,7 +783,7 @@ impl Call {
         } else {
             for ((r, deadline), set) in requests.iter().zip(set_of) {
                 match r.now {
-                    Some(now) => args.push(now.to_string()),
+                    Some(now) => args.push(decimal(now)),
                     None => args.push(String::new()),
                 }
                 args.push(batch_deadline(*deadline));
@@ -822,6 +822,12 @@ pub fn injected_now(
         ));
     }
     Ok(Some(now))
+}
+
+/// An integer in decimal, as a script argument (`itoa`: no formatter
+/// machinery for the two or three numbers every call sends).
+fn decimal(n: impl itoa::Integer) -> String {
+    itoa::Buffer::new().format(n).to_owned()
 }
 
 #[cfg(test)]

@@ -27,9 +27,10 @@
 //! `--bench-requests Q` (per redis-benchmark test) (150000),
 //! `--memory-callers C` (100000), `--deny` (use "100/min, burst 20" so most
 //! calls are denied, instead of quotas no caller reaches), `--skip-memory`,
-//! `--skip-overhead`, `--skip-throughput`, `--ratio-only` (of the
-//! throughput section, only the token bucket through `Limiter::check` and
-//! its bare `EVALSHA`: the client-side ratio), `--cluster` (also drive
+//! `--skip-overhead`, `--skip-throughput`, `--ratio-only` (instead of the
+//! throughput section, only the token bucket through `Limiter::check`
+//! against its bare `EVALSHA`, in interleaved slices of 200 ms: the
+//! client-side ratio per round and its median), `--cluster` (also drive
 //! `ClusterStore` on a local 6-node cluster: 3 masters + 3 replicas).
 
 use std::collections::BTreeMap;
@@ -817,15 +818,80 @@ const ALGORITHMS: [AlgorithmKind; 4] = [
     AlgorithmKind::TokenBucket,
 ];
 
+/// `--ratio-only`: `Limiter::check` over the store against the bare
+/// `EVALSHA` of the same script, in slices of 200 ms taken in turn (the
+/// order alternating), for as many rounds as fit in `secs` x 2 per run;
+/// prints each round's ratio of decisions/s and their median. Slices next
+/// to each other share the machine's load, which on a shared host moves a
+/// contender's throughput by 2x over seconds.
+#[allow(clippy::too_many_arguments)]
+async fn interleaved_ratio(
+    lib: Lib,
+    limiter: &Call,
+    bare: &Call,
+    tasks: usize,
+    connections: usize,
+    callers: usize,
+    secs: f64,
+) {
+    const SLICE: Duration = Duration::from_millis(200);
+    let warm = Duration::from_millis(500);
+    let _ = phase(limiter, tasks, connections, callers, warm).await;
+    let _ = phase(bare, tasks, connections, callers, warm).await;
+    let rounds = ((secs * 2.0) / (2.0 * SLICE.as_secs_f64())).max(1.0) as usize;
+    let mut ratios = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let (first, second) = if round % 2 == 0 {
+            (limiter, bare)
+        } else {
+            (bare, limiter)
+        };
+        let a = phase(first, tasks, connections, callers, SLICE).await;
+        let b = phase(second, tasks, connections, callers, SLICE).await;
+        let (l, r) = if round % 2 == 0 { (a, b) } else { (b, a) };
+        ratios.push(l.per_second / r.per_second);
+    }
+    let mut sorted = ratios.clone();
+    sorted.sort_by(f64::total_cmp);
+    let q = |f: f64| sorted[((sorted.len() - 1) as f64 * f).round() as usize];
+    println!(
+        "  ratio, Limiter::check / bare EVALSHA ({}), {} rounds of 2 x {:?}: median {:.3}, quartiles {:.3}-{:.3}, rounds {}",
+        lib.name(),
+        rounds,
+        SLICE,
+        q(0.5),
+        q(0.25),
+        q(0.75),
+        ratios
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
+
 async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut Book) {
     let url = server.url();
     let (n, m, k, s) = (a.tasks, a.connections, a.callers, a.seconds);
     let tb = q.ours(AlgorithmKind::TokenBucket);
+    if a.ratio_only {
+        for lib in Lib::all() {
+            let limiter = ours_limiter(lib, &url, &tb, m, k).await;
+            let bare = bare_evalsha(
+                lib,
+                &url,
+                scripts::single(&tb).lua(),
+                our_keys(&tb, k),
+                scripts::single_args(&tb, None, 1),
+                m,
+            )
+            .await;
+            interleaved_ratio(lib, &limiter, &bare, n, m, k, s).await;
+        }
+        return;
+    }
     for lib in Lib::all() {
         for kind in ALGORITHMS {
-            if a.ratio_only && kind != AlgorithmKind::TokenBucket {
-                continue;
-            }
             let quota = q.ours(kind);
             let call = ours_limiter(lib, &url, &quota, m, k).await;
             book.add(
@@ -846,9 +912,6 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
             &format!("ours token_bucket script, bare EVALSHA ({})", lib.name()),
             drive(&bare, n, m, k, s, Some(&url)).await,
         );
-    }
-    if a.ratio_only {
-        return;
     }
     let naive_tb = bare_evalsha(
         Lib::RedisRs,
