@@ -870,6 +870,20 @@ async fn interleaved_ratio(
     );
 }
 
+/// The bare `EVALSHA` of the token bucket's own script with the arguments
+/// the store sends: the reference of the client-side ratio.
+async fn bare_token_bucket(lib: Lib, url: &str, tb: &Quota, callers: usize, conns: usize) -> Call {
+    bare_evalsha(
+        lib,
+        url,
+        scripts::single(tb).lua(),
+        our_keys(tb, callers),
+        scripts::single_args(tb, None, 1),
+        conns,
+    )
+    .await
+}
+
 async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut Book) {
     let url = server.url();
     let (n, m, k, s) = (a.tasks, a.connections, a.callers, a.seconds);
@@ -877,15 +891,7 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
     if a.ratio_only {
         for lib in Lib::all() {
             let limiter = ours_limiter(lib, &url, &tb, m, k).await;
-            let bare = bare_evalsha(
-                lib,
-                &url,
-                scripts::single(&tb).lua(),
-                our_keys(&tb, k),
-                scripts::single_args(&tb, None, 1),
-                m,
-            )
-            .await;
+            let bare = bare_token_bucket(lib, &url, &tb, k, m).await;
             interleaved_ratio(lib, &limiter, &bare, n, m, k, s).await;
         }
         return;
@@ -899,15 +905,7 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
                 drive(&call, n, m, k, s, Some(&url)).await,
             );
         }
-        let bare = bare_evalsha(
-            lib,
-            &url,
-            scripts::single(&tb).lua(),
-            our_keys(&tb, k),
-            scripts::single_args(&tb, None, 1),
-            m,
-        )
-        .await;
+        let bare = bare_token_bucket(lib, &url, &tb, k, m).await;
         book.add(
             &format!("ours token_bucket script, bare EVALSHA ({})", lib.name()),
             drive(&bare, n, m, k, s, Some(&url)).await,
