@@ -103,6 +103,10 @@ pub enum Flaw {
     IgnoresDeadline,
     /// Reports that it answers in process, then answers through a future.
     PendingDespiteInProcess,
+    /// Reports that it bounds its calls by the request's deadline
+    /// (`Capabilities::bounded`: the limiter then arms no timer), then
+    /// never answers a request whose deadline has passed.
+    HangsDespiteBounded,
 }
 
 #[derive(Debug, Clone)]
@@ -393,10 +397,14 @@ impl WrongStore {
 
 impl Store for WrongStore {
     fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
-        if self.flaw == Flaw::PendingDespiteInProcess {
-            return Answer::pending(async move { self.answer(request) });
+        match self.flaw {
+            Flaw::PendingDespiteInProcess => Answer::pending(async move { self.answer(request) }),
+            Flaw::HangsDespiteBounded if request.deadline.has_passed() => {
+                Answer::pending(std::future::pending())
+            }
+            Flaw::HangsDespiteBounded => Answer::pending(async move { self.answer(request) }),
+            _ => Answer::ready(self.answer(request)),
         }
-        Answer::ready(self.answer(request))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -405,7 +413,8 @@ impl Store for WrongStore {
                 self.flaw,
                 Flaw::NonAtomicDefault | Flaw::RacySets
             ))
-            .in_process(true)
+            .in_process(self.flaw != Flaw::HangsDespiteBounded)
+            .bounded(self.flaw == Flaw::HangsDespiteBounded)
             .shared_clock(Some(self.clock.clone()))
     }
 }

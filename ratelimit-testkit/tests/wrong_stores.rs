@@ -389,6 +389,19 @@ async fn a_store_pending_despite_answering_in_process_is_rejected() {
     assert!(v.message.contains("in_process"), "{v}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_hanging_despite_bounding_its_calls_is_rejected() {
+    let f = Factory(Flaw::HangsDespiteBounded);
+    conformance::model_agreement(&f, &config())
+        .await
+        .expect("requests in time are right");
+    let v = assert_rejected(
+        conformance::deadlines(&f, &config()).await,
+        Contract::Deadline,
+    );
+    assert!(v.message.contains("Capabilities::bounded"), "{v}");
+}
+
 /// The limiter's built-in fallback store decides real requests while the
 /// shared store is down: it meets every contract too.
 #[tokio::test(flavor = "multi_thread")]

@@ -91,14 +91,22 @@ async fn check(factory: &dyn StoreFactory, sc: &Scenario, sends: &[Send]) -> Res
                     }
                 }
             }
-            if let Ok(ds) = door::ask_before(&*store, &key, &charges, deadline).await {
-                return Err(format!(
-                    "call #{i} ({send:?}, {} charges): a request whose deadline had passed was \
-                     decided {ds:?}; it must fail (StoreError::Expired) and count nothing",
-                    charges.len()
-                ));
+            match door::ask_before(&*store, &key, &charges, deadline).await {
+                Ok(ds) => {
+                    return Err(format!(
+                        "call #{i} ({send:?}, {} charges): a request whose deadline had passed \
+                         was decided {ds:?}; it must fail (StoreError::Expired) and count nothing",
+                        charges.len()
+                    ));
+                }
+                Err(e) if door::broke_a_rule(&e) => {
+                    return Err(format!(
+                        "call #{i} ({send:?}, {} charges): {e}",
+                        charges.len()
+                    ));
+                }
+                Err(_) => continue,
             }
-            continue;
         }
         let got = door::ask_one(&*store, &key, quota, c.cost)
             .await

@@ -20,6 +20,22 @@ pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
 /// the limiter arms no timer of its own for such a store.
 pub(crate) const BOUNDED_GRACE: Duration = Duration::from_secs(5);
 
+/// Whether `error` (from [`ask`] or [`ask_before`]) is a broken rule of
+/// the door, as opposed to the store's own error: a rule is broken
+/// whatever the request.
+pub(crate) fn broke_a_rule(error: &str) -> bool {
+    error.starts_with(RULE)
+}
+
+/// Whether a contract's message (which may quote the door's error after
+/// its own words) names a broken rule of the door.
+pub(crate) fn names_a_broken_rule(message: &str) -> bool {
+    message.contains(RULE)
+}
+
+/// How every broken rule of the door is told.
+const RULE: &str = "the store reports that it ";
+
 /// Asks `store` for `charges` on `key`, as the limiter does. `Err` holds
 /// what went wrong: the store's error, or a broken rule of the door.
 pub(crate) async fn ask(
@@ -44,11 +60,9 @@ pub(crate) async fn ask_before(
         Err(pending) => {
             let caps = store.capabilities();
             if caps.in_process {
-                return Err(
-                    "the store reports that it answers in process (Capabilities::in_process) but \
-                     answered pending"
-                        .to_owned(),
-                );
+                return Err(format!(
+                    "{RULE}answers in process (Capabilities::in_process) but answered pending"
+                ));
             }
             match deadline.instant_from(received).filter(|_| caps.bounded) {
                 // The limiter would wait for this answer with no timer of
@@ -59,10 +73,9 @@ pub(crate) async fn ask_before(
                         Ok(result) => result,
                         Err(_) => {
                             return Err(format!(
-                                "the store reports that it bounds its calls by the request's \
-                                 deadline (Capabilities::bounded) but had not answered {:?} \
-                                 after it",
-                                BOUNDED_GRACE
+                                "{RULE}bounds its calls by the request's deadline \
+                                 (Capabilities::bounded) but had not answered {BOUNDED_GRACE:?} \
+                                 after it"
                             ));
                         }
                     }
