@@ -11,7 +11,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use crate::engine::{Engine, Eval, EvalOf, Transport};
 use crate::error;
 use crate::options::Options;
-use crate::scripts::Call;
+use crate::scripts::{Call, Script};
 
 /// Default bound on one whole decision (a reconnect, `EVALSHA`, and on
 /// `NOSCRIPT` a `SCRIPT LOAD` and a second `EVALSHA`): 140 ms, that is
@@ -36,51 +36,14 @@ impl Backend {
     /// is the size of its own client's call, not of the larger of the two.
     fn eval(&self, call: Arc<Call>) -> Eval {
         match self {
-            Self::Redis(cm) => {
-                let mut cm = cm.clone();
-                Box::pin(async move {
-                    // EVALSHA, or EVAL with the source for a quota's own
-                    // script on first use; on NOSCRIPT (a restarted or
-                    // flushed server: the script did not run) EVAL with the
-                    // source, which also caches it: one round trip more.
-                    let (script, keys, args) = (call.script, &call.keys, &call.args);
-                    let source = script.send_source_first();
-                    let reply = match script
-                        .command(keys, args, source)
-                        .query_async(&mut cm)
-                        .await
-                    {
-                        Err(e)
-                            if !source
-                                && e.kind()
-                                    == redis::ErrorKind::Server(
-                                        redis::ServerErrorKind::NoScript,
-                                    ) =>
-                        {
-                            script
-                                .command(keys, args, true)
-                                .query_async(&mut cm)
-                                .await
-                                .map_err(error::from_redis)
-                        }
-                        reply => reply.map_err(error::from_redis),
-                    };
-                    if reply.is_ok() {
-                        script.mark_loaded();
-                    }
-                    reply
-                })
-            }
+            Self::Redis(cm) => Box::pin(redis_eval(cm.clone(), call)),
             #[cfg(feature = "fred")]
             Self::Fred(client) => {
                 let client = client.clone();
                 Box::pin(async move {
                     let reply =
                         crate::fred::eval(&client, call.script, &call.keys, &call.args).await;
-                    if reply.is_ok() {
-                        call.script.mark_loaded();
-                    }
-                    reply
+                    marked(call.script, reply)
                 })
             }
         }
@@ -93,6 +56,42 @@ impl Backend {
             Self::Fred(_) => "fred",
         }
     }
+}
+
+/// The reply of a call of `script`, the script marked as cached on the
+/// server once a call of it has run.
+fn marked(script: &Script, reply: Result<Vec<i64>, StoreError>) -> Result<Vec<i64>, StoreError> {
+    if reply.is_ok() {
+        script.mark_loaded();
+    }
+    reply
+}
+
+/// One script call through redis-rs: `EVALSHA`, or `EVAL` with the source
+/// for a quota's own script on first use; on `NOSCRIPT` (a restarted or
+/// flushed server: the script did not run) `EVAL` with the source, which
+/// also caches it: one round trip more.
+async fn redis_eval(mut cm: ConnectionManager, call: Arc<Call>) -> Result<Vec<i64>, StoreError> {
+    let (script, keys, args) = (call.script, &call.keys, &call.args);
+    let source = script.send_source_first();
+    let reply = match script
+        .command(keys, args, source)
+        .query_async(&mut cm)
+        .await
+    {
+        Err(e)
+            if !source
+                && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+        {
+            script
+                .command(keys, args, true)
+                .query_async(&mut cm)
+                .await
+                .map_err(error::from_redis)
+        }
+        reply => reply.map_err(error::from_redis),
+    };
+    marked(script, reply)
 }
 
 /// The one node a single-node store talks to: its connection and its name.

@@ -1402,7 +1402,8 @@ async fn main() {
             overhead_run_isolated(&a, &q, &server.url(), &mut seq);
         }
     }
-    if a.throughput {
+    // `--ratio-only` printed its ratios as it went: no tables to print.
+    if a.throughput && !a.ratio_only {
         load.print_table(
             &format!(
                 "### Throughput and latency: {} concurrent requests ({} tasks over {} connections; redis-benchmark: {} connections)",

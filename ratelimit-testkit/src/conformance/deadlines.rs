@@ -99,7 +99,7 @@ async fn check(factory: &dyn StoreFactory, sc: &Scenario, sends: &[Send]) -> Res
                         charges.len()
                     ));
                 }
-                Err(e) if door::broke_a_rule(&e) => {
+                Err(e) if door::names_a_broken_rule(&e) => {
                     return Err(format!(
                         "call #{i} ({send:?}, {} charges): {e}",
                         charges.len()

@@ -20,15 +20,10 @@ pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
 /// the limiter arms no timer of its own for such a store.
 pub(crate) const BOUNDED_GRACE: Duration = Duration::from_secs(5);
 
-/// Whether `error` (from [`ask`] or [`ask_before`]) is a broken rule of
-/// the door, as opposed to the store's own error: a rule is broken
-/// whatever the request.
-pub(crate) fn broke_a_rule(error: &str) -> bool {
-    error.starts_with(RULE)
-}
-
-/// Whether a contract's message (which may quote the door's error after
-/// its own words) names a broken rule of the door.
+/// Whether `message` (an error of [`ask`] or [`ask_before`], or a
+/// contract's message quoting one) names a broken rule of the door, as
+/// opposed to the store's own error: a rule is broken whatever the
+/// request.
 pub(crate) fn names_a_broken_rule(message: &str) -> bool {
     message.contains(RULE)
 }
