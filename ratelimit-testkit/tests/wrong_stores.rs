@@ -380,10 +380,21 @@ async fn stores_wrong_past_the_deadline_are_rejected() {
         conformance::model_agreement(&f, &config())
             .await
             .expect("requests in time are right");
-        let v = assert_rejected(
-            conformance::deadlines(&f, &config()).await,
-            Contract::Deadline,
-        );
+        // Bounded: the contract runs on a thread of its own, so that a suite
+        // waiting on the hanging store for ever fails this test instead of
+        // hanging the run (the contract blocks its thread while it runs).
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let _ = tx.send(rt.block_on(conformance::deadlines(&Factory(flaw), &config())));
+        });
+        let verdict = rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("{flaw:?}: the deadline contract never returned"));
+        let v = assert_rejected(verdict, Contract::Deadline);
         assert!(v.message.contains(says), "{flaw:?}: {v}");
     }
 }
