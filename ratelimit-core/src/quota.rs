@@ -263,7 +263,34 @@ impl Algorithm {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Quota {
     name: Arc<str>,
+    /// The name's number in this process ([`Quota::name_id`]): a function
+    /// of the name, so equality and hashing agree with the name's.
+    name_id: u32,
     algorithm: Algorithm,
+}
+
+/// The number of the default name, `"default"`.
+const DEFAULT_NAME_ID: u32 = 0;
+
+/// The number of policy name `name` in this process: `"default"` is 0, and
+/// every other name gets the next number the first time any quota is given
+/// it. The table keeps every distinct name for the life of the process.
+fn name_id(name: &str) -> u32 {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, PoisonError};
+    static NAMES: OnceLock<Mutex<HashMap<Box<str>, u32>>> = OnceLock::new();
+    if name == "default" {
+        return DEFAULT_NAME_ID;
+    }
+    let mut names = NAMES
+        .get_or_init(Mutex::default)
+        .lock()
+        // The map is left whole by every operation on it.
+        .unwrap_or_else(PoisonError::into_inner);
+    // Ids from 1: 0 is the default name. Four billion distinct names would
+    // take hundreds of gigabytes before this saturated.
+    let next = u32::try_from(names.len() + 1).unwrap_or(u32::MAX);
+    *names.entry(Box::from(name)).or_insert(next)
 }
 
 fn window_of(rate: Rate, field: &'static str) -> Result<Window, ConfigError> {
@@ -312,6 +339,7 @@ impl Quota {
     fn new(algorithm: Algorithm) -> Self {
         Self {
             name: Arc::from("default"),
+            name_id: DEFAULT_NAME_ID,
             algorithm,
         }
     }
@@ -424,12 +452,40 @@ impl Quota {
             });
         }
         self.name = Arc::from(name);
+        self.name_id = name_id(name);
         Ok(self)
     }
 
     /// The policy name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// A number that stands for the policy name in this process: the same
+    /// for every quota of that name, different for every other name (0 for
+    /// `"default"`). An in-process store can key its state by this number
+    /// and the caller instead of by the name's bytes (the shipped local
+    /// store does: four bytes a caller instead of the name).
+    ///
+    /// Numbers are handed out in the order names are first given, so they
+    /// differ between processes: never store or send one. Every distinct
+    /// name given to a quota is kept in a process-wide table (a few dozen
+    /// bytes each) for the life of the process.
+    ///
+    /// ```
+    /// use ratelimit_core::{Quota, Rate};
+    ///
+    /// let a = Quota::token_bucket(Rate::per_minute(100), 20)?.named("api")?;
+    /// let b = Quota::sliding_window(Rate::per_minute(5))?.named("api")?;
+    /// let c = Quota::sliding_window(Rate::per_minute(5))?.named("login")?;
+    /// assert_eq!(a.name_id(), b.name_id());
+    /// assert_ne!(a.name_id(), c.name_id());
+    /// assert_eq!(Quota::fixed_window(Rate::per_minute(5))?.name_id(), 0);
+    /// # Ok::<(), ratelimit_core::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn name_id(&self) -> u32 {
+        self.name_id
     }
 
     /// The policy name, shared.

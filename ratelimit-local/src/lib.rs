@@ -5,6 +5,7 @@ mod clock;
 mod many;
 mod shards;
 mod store;
+mod stored_key;
 
 pub use clock::FastClock;
 pub use store::LocalStore;

@@ -18,43 +18,42 @@ use std::sync::OnceLock;
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
+
+use crate::stored_key::StoredKey;
 use parking_lot::{
     MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
-/// One stored caller: its map key (`name 0xFF key` in a named map, `key`
-/// alone in an unnamed one) and its state.
-type Item<V> = (Box<[u8]>, V);
+/// One stored caller: its map key (the policy name's number, four bytes,
+/// then the caller's key in a named map; the key alone in an unnamed one;
+/// short keys in the slot itself) and its state.
+type Item<V> = (StoredKey, V);
 
-/// The byte between the policy name and the caller's key in a stored map
-/// key. Policy names are ASCII, so the first 0xFF ends the name whatever
-/// bytes the key holds.
-const SEP: u8 = 0xFF;
+/// Bytes of a policy name's number at the head of a named map's key.
+const ID: usize = 4;
 
 /// A map key as looked up: borrowed, never concatenated. The stored key is
 /// built from it only when a caller is inserted.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Key<'a> {
-    /// The policy name (empty in an unnamed map).
-    pub(crate) name: &'a [u8],
+    /// The policy name's number ([`ratelimit_core::Quota::name_id`]; 0 and
+    /// unused in an unnamed map).
+    pub(crate) name: u32,
     /// The caller's key.
     pub(crate) key: &'a [u8],
 }
 
 impl<'a> Key<'a> {
-    /// A key in a named map.
+    /// A key in a named map: the policy name's number and the caller.
     #[inline]
-    pub(crate) fn named(name: &'a str, key: &'a [u8]) -> Self {
-        Self {
-            name: name.as_bytes(),
-            key,
-        }
+    pub(crate) fn named(name: u32, key: &'a [u8]) -> Self {
+        Self { name, key }
     }
 
     /// A key in an unnamed map.
     #[inline]
     pub(crate) fn unnamed(key: &'a [u8]) -> Self {
-        Self { name: &[], key }
+        Self { name: 0, key }
     }
 
     /// Whether the stored map key `stored` is this key.
@@ -63,37 +62,27 @@ impl<'a> Key<'a> {
         if !named {
             return bytes_eq(stored, self.key);
         }
-        let n = self.name.len();
         // Equal lengths, then the caller's bytes (where keys differ), then
-        // the separator and the name.
-        stored.len() == n + 1 + self.key.len()
-            && stored.get(n + 1..).is_some_and(|k| bytes_eq(k, self.key))
-            && stored.get(n) == Some(&SEP)
-            && stored
-                .get(..n)
-                .is_some_and(|name| bytes_eq(name, self.name))
+        // the name's number.
+        stored.len() == ID + self.key.len()
+            && stored.get(ID..).is_some_and(|k| bytes_eq(k, self.key))
+            && stored.first_chunk::<ID>() == Some(&self.name.to_le_bytes())
     }
 
     /// The stored map key.
-    fn to_stored(self, named: bool) -> Box<[u8]> {
+    fn to_stored(self, named: bool) -> StoredKey {
         if named {
-            [self.name, &[SEP], self.key].concat().into_boxed_slice()
+            StoredKey::from_parts(&[&self.name.to_le_bytes(), self.key])
         } else {
-            Box::from(self.key)
+            StoredKey::from_parts(&[self.key])
         }
     }
 
     /// The key a stored map key was built from.
     fn of_stored(named: bool, stored: &'a [u8]) -> Self {
-        if !named {
-            return Self::unnamed(stored);
-        }
-        match stored.iter().position(|&b| b == SEP) {
-            Some(i) => Self {
-                name: &stored[..i],
-                key: &stored[i + 1..],
-            },
-            None => Self::unnamed(stored),
+        match (named, stored.split_first_chunk::<ID>()) {
+            (true, Some((name, key))) => Self::named(u32::from_le_bytes(*name), key),
+            _ => Self::unnamed(stored),
         }
     }
 }
@@ -251,7 +240,7 @@ impl<V> ShardedMap<V> {
     fn hash(&self, key: Key<'_>) -> u64 {
         let mut h = self.hasher.build_hasher();
         if self.named {
-            h.write(key.name);
+            h.write_u32(key.name);
         }
         h.write(key.key);
         h.finish()
@@ -543,7 +532,7 @@ mod tests {
     fn map_of(n: u32) -> ShardedMap<u32> {
         let map = ShardedMap::default();
         for i in 0..n {
-            map.update_or_insert(Key::named("p", &i.to_be_bytes()), |_| (), || (Some(i), ()));
+            map.update_or_insert(Key::named(3, &i.to_be_bytes()), |_| (), || (Some(i), ()));
         }
         map
     }
@@ -585,22 +574,31 @@ mod tests {
     #[test]
     fn keys_split_differently_are_different_and_survive_rehashing() {
         let map: ShardedMap<u32> = ShardedMap::default();
+        // The same bytes split differently between the name's number and
+        // the caller.
         let keys = [
-            ("x", &b"a"[..]),
-            ("xa", b""),
-            ("x", b"\xFFa"),
-            ("x", b"a\xFF"),
+            (1, &b"a"[..]),
+            (0x61, b""),
+            (1, b"\x01\0\0\0a"),
+            (0x0100, b"\0\0\0a"),
         ];
         for (i, (name, key)) in keys.iter().enumerate() {
-            map.update_or_insert(Key::named(name, key), |_| (), || (Some(i as u32), ()));
+            map.update_or_insert(Key::named(*name, key), |_| (), || (Some(i as u32), ()));
         }
         // Enough entries to grow every table several times (rehashing the
-        // stored keys).
+        // stored keys), some kept in the slot and some on the heap.
         for i in 0..20_000u32 {
-            map.update_or_insert(Key::named("y", &i.to_le_bytes()), |_| (), || (Some(i), ()));
+            let long = [i.to_le_bytes(); 8].concat();
+            let key = if i % 2 == 0 { &long[..4] } else { &long[..] };
+            map.update_or_insert(Key::named(7, key), |_| (), || (Some(i), ()));
         }
         for (i, (name, key)) in keys.iter().enumerate() {
-            assert_eq!(map.get(Key::named(name, key)).map(|v| *v), Some(i as u32));
+            assert_eq!(map.get(Key::named(*name, key)).map(|v| *v), Some(i as u32));
+        }
+        for i in 0..20_000u32 {
+            let long = [i.to_le_bytes(); 8].concat();
+            let key = if i % 2 == 0 { &long[..4] } else { &long[..] };
+            assert_eq!(map.get(Key::named(7, key)).map(|v| *v), Some(i));
         }
         let unnamed: ShardedMap<u32> = ShardedMap::new(false);
         unnamed.update_or_insert(Key::unnamed(b"x\xFFa"), |_| (), || (Some(1), ()));
@@ -635,7 +633,7 @@ mod tests {
         assert_eq!(map.len(), 5_000);
         for i in 0..10_000u32 {
             assert_eq!(
-                map.get(Key::named("p", &i.to_be_bytes())).map(|v| *v),
+                map.get(Key::named(3, &i.to_be_bytes())).map(|v| *v),
                 (i % 2 == 0).then_some(i)
             );
         }

@@ -507,7 +507,7 @@ impl LocalStore {
         }
         let now = self.now();
         self.maybe_sweep(now);
-        let k = Key::named(quota.name(), key);
+        let k = Key::named(quota.name_id(), key);
         match quota.algorithm() {
             Algorithm::TokenBucket(b) => {
                 if packs(b, now) {
