@@ -237,3 +237,35 @@ impl KeyBuf {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_the_namespace_the_separator_and_the_caller_whatever_their_lengths() {
+        for ns_len in 1..=64u8 {
+            let namespace: String = (0..ns_len).map(|i| char::from(b'a' + i % 26)).collect();
+            let prefix = Prefix::new(&namespace);
+            for n in 0..=70u8 {
+                let caller: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37) ^ 0xC3).collect();
+                let want = [namespace.as_bytes(), &[NAMESPACE_SEPARATOR], &caller].concat();
+                // A buffer shorter than the longest prefix takes prefixes
+                // of up to 16 bytes (with the separator) only.
+                let mut short = [0u8; SHORT_KEY];
+                let fits = want.len() <= SHORT_KEY && ns_len < 16;
+                let got = key_in(&prefix, &caller, &mut short);
+                assert_eq!(got, fits.then_some(&want[..]), "{ns_len} {n}");
+                let mut long = [0u8; INLINE_KEY];
+                let got = key_in(&prefix, &caller, &mut long);
+                assert_eq!(
+                    got,
+                    (want.len() <= INLINE_KEY).then_some(&want[..]),
+                    "{ns_len} {n}"
+                );
+                assert_eq!(KeyBuf::new(&prefix, &caller).as_slice(), &want[..]);
+                assert_eq!(KeyBuf::owned(&prefix, &caller), want);
+            }
+        }
+    }
+}
