@@ -913,7 +913,11 @@ mod tests {
     async fn keys_of_every_length_keep_state_and_stay_isolated() {
         let store = LocalStore::with_clock(ManualClock::new(1_800_000_000_000_000));
         let q = Quota::fixed_window(Rate::per_minute(3)).unwrap();
-        let lens = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 44, 51, 52, 64, 300];
+        // (18 and 19: the longest key kept in the table's slot, with the
+        // name's four bytes, and the shortest boxed.)
+        let lens = [
+            1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 18, 19, 22, 23, 44, 51, 52, 64, 300,
+        ];
         for len in lens {
             let a = vec![b'a'; len];
             let mut b = a.clone();
@@ -938,6 +942,30 @@ mod tests {
             store.decide_one(b"\xFFa", &x, 1).await.unwrap().remaining,
             2
         );
+    }
+
+    /// Quotas built apart under one name are one policy (their state is
+    /// keyed by the name's number in the process, the same for both);
+    /// another name is another policy, in the slot and on the heap alike.
+    #[tokio::test]
+    async fn quotas_of_one_name_share_state_and_other_names_do_not() {
+        let store = LocalStore::with_clock(ManualClock::new(1_800_000_000_000_000));
+        let rate = Rate::per_minute(3);
+        let a = Quota::fixed_window(rate).unwrap().named("plan-a").unwrap();
+        let a_again = Quota::fixed_window(rate).unwrap().named("plan-a").unwrap();
+        let b = Quota::fixed_window(rate).unwrap().named("plan-b").unwrap();
+        for caller in [&b"c"[..], &[b'c'; 40]] {
+            assert_eq!(store.decide_one(caller, &a, 1).await.unwrap().remaining, 2);
+            assert_eq!(
+                store
+                    .decide_one(caller, &a_again, 1)
+                    .await
+                    .unwrap()
+                    .remaining,
+                1
+            );
+            assert_eq!(store.decide_one(caller, &b, 1).await.unwrap().remaining, 2);
+        }
     }
 
     /// A policy whose rate changes between one of whole microseconds per
