@@ -18,11 +18,11 @@ use std::sync::OnceLock;
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
-
-use crate::stored_key::StoredKey;
 use parking_lot::{
     MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
+
+use crate::stored_key::StoredKey;
 
 /// One stored caller: its map key (the policy name's number, four bytes,
 /// then the caller's key in a named map; the key alone in an unnamed one;
@@ -188,14 +188,15 @@ struct Shard<V> {
     table: RwLock<HashTable<Item<V>>>,
 }
 
-/// A map from `(policy name, caller)` (stored as `name 0xFF caller`; an
-/// unnamed map stores the caller alone) to one algorithm's state, hashed
-/// with a randomly seeded fast hasher (callers choose their keys, so the
-/// seed must be secret; foldhash seeds every map from process randomness).
+/// A map from `(policy name, caller)` (stored as the name's number in the
+/// process, four bytes, then the caller; an unnamed map stores the caller
+/// alone) to one algorithm's state, hashed with a randomly seeded fast
+/// hasher (callers choose their keys, so the seed must be secret; foldhash
+/// seeds every map from process randomness).
 ///
 /// Lookups take the two parts borrowed ([`Key`]): the hash is computed over
-/// the name and then the caller, and the stored key compared part by part,
-/// so no composite key is built per call.
+/// the name's number and then the caller, and the stored key compared part
+/// by part, so no composite key is built per call.
 pub(crate) struct ShardedMap<V> {
     shards: Box<[Shard<V>]>,
     hasher: foldhash::fast::RandomState,
