@@ -170,15 +170,14 @@ impl Contenders {
     /// calls find existing state (as a steady stream of callers does).
     ///
     /// Each contender is filled in a loop of its own, and in an order
-    /// unrelated to the order the measured runs walk the keys in: filled in
-    /// the walking order (as this bench did), a contender's per-key
-    /// allocations (the stored keys) lie in memory in the order they are
-    /// then visited, which the hardware prefetcher turns into a sequential
-    /// scan, and filled in one loop with the others, its allocations lie
-    /// interleaved with theirs. With a million keys either decided more than
-    /// the code did (the `dyn Store` door measured 1.6-1.8x the fastest path
-    /// on the same table, and `Limiter::check` ran faster than both). Real
-    /// callers come back in no relation to when they were first seen.
+    /// unrelated to the order the measured runs walk the keys in. Filled in
+    /// the walking order, a contender's per-key allocations (the stored
+    /// keys) would lie in memory in the order they are then visited, which
+    /// the hardware prefetcher turns into a sequential scan; filled in one
+    /// loop with the others, its allocations would lie interleaved with
+    /// theirs. With a million keys either decides more than the code does
+    /// (BENCHMARKS.md, "keys walked fairly"). Real callers come back in no
+    /// relation to when they were first seen.
     fn prefilled(q: &SameQuota, keys: &[String], rt: &Runtime) -> Self {
         let store = Arc::new(LocalStore::new());
         let c = Self {
