@@ -269,7 +269,10 @@ pub struct Quota {
     algorithm: Algorithm,
 }
 
-/// The number of the default name, `"default"`.
+/// The name of a quota not given one.
+const DEFAULT_NAME: &str = "default";
+
+/// The number of [`DEFAULT_NAME`].
 const DEFAULT_NAME_ID: u32 = 0;
 
 /// The number of policy name `name` in this process: `"default"` is 0, and
@@ -279,7 +282,7 @@ fn name_id(name: &str) -> u32 {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock, PoisonError};
     static NAMES: OnceLock<Mutex<HashMap<Box<str>, u32>>> = OnceLock::new();
-    if name == "default" {
+    if name == DEFAULT_NAME {
         return DEFAULT_NAME_ID;
     }
     let mut names = NAMES
@@ -338,7 +341,7 @@ const fn gcd(mut a: u64, mut b: u64) -> u64 {
 impl Quota {
     fn new(algorithm: Algorithm) -> Self {
         Self {
-            name: Arc::from("default"),
+            name: Arc::from(DEFAULT_NAME),
             name_id: DEFAULT_NAME_ID,
             algorithm,
         }

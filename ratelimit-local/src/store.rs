@@ -907,8 +907,8 @@ mod tests {
     }
 
     /// Keys of every length the short-key comparison treats apart (and
-    /// longer ones) keep their state and stay isolated, also from a key
-    /// equal to the policy name and the separator.
+    /// longer ones, kept in the slot or boxed) keep their state and stay
+    /// isolated, also from a key that holds another name's number.
     #[tokio::test]
     async fn keys_of_every_length_keep_state_and_stay_isolated() {
         let store = LocalStore::with_clock(ManualClock::new(1_800_000_000_000_000));
@@ -931,15 +931,17 @@ mod tests {
             );
         }
         assert_eq!(store.len(), 2 * lens.len());
-        // The same bytes split differently between name and key are
-        // different callers.
+        // Names and callers that spell the same bytes together are
+        // different callers: `x` and "a", `xa` and "", the default name and
+        // `x`'s number followed by "a".
         let x = q.clone().named("x").unwrap();
         let xa = q.clone().named("xa").unwrap();
         assert_eq!(store.decide_one(b"a", &x, 1).await.unwrap().remaining, 2);
         assert_eq!(store.decide_one(b"a", &x, 1).await.unwrap().remaining, 1);
         assert_eq!(store.decide_one(b"", &xa, 1).await.unwrap().remaining, 2);
+        let spelled = [&x.name_id().to_le_bytes()[..], b"a"].concat();
         assert_eq!(
-            store.decide_one(b"\xFFa", &x, 1).await.unwrap().remaining,
+            store.decide_one(&spelled, &q, 1).await.unwrap().remaining,
             2
         );
     }

@@ -11,8 +11,9 @@
 //! the same 24 bytes a boxed key's pointer and length take; longer ones
 //! are boxed as before.
 //!
-//! `smallvec::SmallVec<[u8; 16]>` keeps 16 bytes in place in 24 (it keeps
-//! a capacity, which a key that never grows does not need); this keeps 22.
+//! `smallvec::SmallVec<[u8; 16]>` (with the workspace's `union` feature)
+//! keeps 16 bytes in place in 24 (it keeps a capacity, which a key that
+//! never grows does not need); this keeps 22.
 
 use std::fmt;
 use std::ops::Deref;
@@ -21,7 +22,6 @@ use std::ops::Deref;
 pub(crate) const INLINE: usize = 22;
 
 /// A stored map key: 24 bytes, the key's bytes in place up to [`INLINE`].
-#[derive(Clone, PartialEq, Eq)]
 pub(crate) enum StoredKey {
     /// `len` bytes of `bytes`.
     Inline { len: u8, bytes: [u8; INLINE] },
