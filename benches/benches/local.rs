@@ -261,13 +261,13 @@ const CONTENDERS: [&str; 5] = [
     "throttlecrab",
 ];
 
-/// `iters` decisions by contender `which`, split over `threads` threads,
-/// going on through the keys from `walked` (how many this contender's
-/// earlier runs took: each run walks keys that no run has touched lately,
-/// so a contender never finds its keys warm from the run before it, which
-/// at a million keys decides more than the code does); returns the wall
+/// Decisions `calls.start..calls.end` of contender `which` (one per
+/// call, split over `threads` threads): the count is `calls.len()`, and
+/// the keys go on from `calls.start`, the calls this contender's earlier
+/// runs made, so each run walks keys that no run has touched lately and a
+/// contender never finds its keys warm from the run before it (at a
+/// million keys that decides more than the code does). Returns the wall
 /// time and how many were admitted.
-#[allow(clippy::too_many_arguments)]
 fn run_contender(
     which: &str,
     c: &Contenders,
@@ -275,9 +275,9 @@ fn run_contender(
     keys: &[String],
     threads: usize,
     rts: &[Runtime],
-    iters: u64,
-    walked: u64,
+    calls: std::ops::Range<u64>,
 ) -> (Duration, u64) {
+    let (iters, walked) = (calls.end - calls.start, calls.start);
     let admitted = AtomicU64::new(0);
     let count = |ok: u64| {
         admitted.fetch_add(ok, Ordering::Relaxed);
@@ -338,7 +338,8 @@ fn bench_contenders(
         group.bench_function(which, |b| {
             b.iter_custom(|iters| {
                 let walked = total.fetch_add(iters, Ordering::Relaxed);
-                let (elapsed, ok) = run_contender(which, c, q, keys, threads, rts, iters, walked);
+                let calls = walked..walked + iters;
+                let (elapsed, ok) = run_contender(which, c, q, keys, threads, rts, calls);
                 admitted.fetch_add(ok, Ordering::Relaxed);
                 elapsed
             })
@@ -393,7 +394,7 @@ fn interleaved(sets: &str) {
                 let per_slice: Vec<u64> = CONTENDERS
                     .iter()
                     .map(|w| {
-                        let (d, _) = run_contender(w, &c, &q, &keys, 1, &rts, 100_000, 0);
+                        let (d, _) = run_contender(w, &c, &q, &keys, 1, &rts, 0..100_000);
                         let ns = d.as_nanos().max(1) as f64 / 100_000.0;
                         ((SLICE.as_nanos() as f64 / ns) as u64).clamp(10_000, 10_000_000)
                             * threads as u64
@@ -416,8 +417,7 @@ fn interleaved(sets: &str) {
                             &keys,
                             threads,
                             &rts,
-                            iters,
-                            walked[i],
+                            walked[i]..walked[i] + iters,
                         );
                         walked[i] += iters;
                         this[i] = d.as_nanos() as f64 / iters as f64;
