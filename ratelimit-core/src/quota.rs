@@ -280,16 +280,23 @@ const DEFAULT_NAME_ID: u32 = 0;
 /// it. The table keeps every distinct name for the life of the process.
 fn name_id(name: &str) -> u32 {
     use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock, PoisonError};
-    static NAMES: OnceLock<Mutex<HashMap<Box<str>, u32>>> = OnceLock::new();
+    use std::sync::{OnceLock, PoisonError, RwLock};
+    static NAMES: OnceLock<RwLock<HashMap<Box<str>, u32>>> = OnceLock::new();
     if name == DEFAULT_NAME {
         return DEFAULT_NAME_ID;
     }
-    let mut names = NAMES
-        .get_or_init(Mutex::default)
-        .lock()
-        // The map is left whole by every operation on it.
-        .unwrap_or_else(PoisonError::into_inner);
+    let names = NAMES.get_or_init(RwLock::default);
+    // A name seen before (the usual case, also for quotas built per
+    // request): a shared lock. The map is left whole by every operation on
+    // it, so a poisoned lock is still good.
+    if let Some(&id) = names
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(name)
+    {
+        return id;
+    }
+    let mut names = names.write().unwrap_or_else(PoisonError::into_inner);
     // Ids from 1: 0 is the default name. Four billion distinct names would
     // take hundreds of gigabytes before this saturated.
     let next = u32::try_from(names.len() + 1).unwrap_or(u32::MAX);
