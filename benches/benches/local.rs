@@ -283,7 +283,7 @@ fn run_contender(
         admitted.fetch_add(ok, Ordering::Relaxed);
     };
     let elapsed = run_split(threads, iters, |t, n| {
-        let mut cur = Cursor::from(keys.len(), walked as usize, t, threads);
+        let mut cur = Cursor::going_on(keys.len(), walked as usize, t, threads);
         let mut ok = 0u64;
         match which {
             "ours_store" => {

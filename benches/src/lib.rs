@@ -123,7 +123,7 @@ pub struct Cursor {
 impl Cursor {
     /// A cursor over `len` keys for thread `t` of `threads`.
     pub fn new(len: usize, t: usize, threads: usize) -> Self {
-        Self::from(len, 0, t, threads)
+        Self::going_on(len, 0, t, threads)
     }
 
     /// [`Cursor::new`], with every thread's offset moved on by `start`: a
@@ -131,7 +131,7 @@ impl Cursor {
     /// walks keys it has not touched lately, rather than the same first
     /// ones again (with a million keys, a slice of a run visits a tenth of
     /// them, and revisiting them would find them in the cache).
-    pub fn from(len: usize, start: usize, t: usize, threads: usize) -> Self {
+    pub fn going_on(len: usize, start: usize, t: usize, threads: usize) -> Self {
         assert!(len > 0, "empty key set");
         Self {
             next: (start % len + len * t / threads.max(1)) % len,
@@ -184,7 +184,7 @@ mod tests {
         let mut c = Cursor::new(4, 1, 2);
         let v: Vec<usize> = (0..5).map(|_| c.next_index()).collect();
         assert_eq!(v, [2, 3, 0, 1, 2]);
-        let mut c = Cursor::from(4, 7, 1, 2);
+        let mut c = Cursor::going_on(4, 7, 1, 2);
         let v: Vec<usize> = (0..3).map(|_| c.next_index()).collect();
         assert_eq!(v, [1, 2, 3]);
     }
