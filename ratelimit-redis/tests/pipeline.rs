@@ -188,8 +188,9 @@ impl Scene {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_second_call_waits_for_enough_requests() {
-    assert_eq!(engine::DEFAULT_PIPELINE, 2);
-    let mut scene = Scene::new(engine::DEFAULT_PIPELINE).await;
+    let depth = engine::DEFAULT_PIPELINE;
+    assert!(depth >= 2, "the default pipelines no call");
+    let mut scene = Scene::new(depth).await;
     // Three more: a partial batch waits for the call in flight.
     scene.start(&["b", "c", "d"]).await;
     settle().await;
@@ -198,13 +199,30 @@ async fn a_second_call_waits_for_enough_requests() {
     scene.start(&["e"]).await;
     until("the full batch is sent", || scene.held.in_flight() == 2).await;
     assert_eq!(scene.call(1), ["b", "c", "d", "e"]);
-    // Never a third call, however many wait.
+    // Each further full batch goes beside them, up to the default depth.
+    let mut decided = 5;
+    for call in 2..depth {
+        let keys: Vec<String> = (0..4).map(|i| format!("p{call}-{i}")).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        scene.start(&keys).await;
+        until("the next full batch is sent", || {
+            scene.held.in_flight() == call + 1
+        })
+        .await;
+        assert_eq!(scene.call(call), keys);
+        decided += 4;
+    }
+    // Never one more, however many wait.
     scene.start(&["f", "g", "h", "i", "j"]).await;
     settle().await;
-    assert_eq!(scene.held.in_flight(), 2, "more than two calls in flight");
+    assert_eq!(
+        scene.held.in_flight(),
+        depth,
+        "more than {depth} calls in flight"
+    );
     let sent = scene.finish().await;
-    let decided: usize = sent.iter().map(Vec::len).sum();
-    assert_eq!(decided, 10, "calls: {sent:?}");
+    let total: usize = sent.iter().map(Vec::len).sum();
+    assert_eq!(total, decided + 5, "calls: {sent:?}");
 }
 
 #[tokio::test(flavor = "current_thread")]

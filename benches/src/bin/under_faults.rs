@@ -80,6 +80,7 @@ struct Args {
     server_bin: PathBuf,
     /// `RedisStore::with_max_batch` in `healthy` (0: the default).
     max_batch: usize,
+    pipeline: usize,
     /// Stores (connections), each with its limiter, the `healthy` tasks
     /// are spread over.
     stores: usize,
@@ -102,6 +103,7 @@ fn parse_args() -> Args {
         cluster_tasks: 256,
         server_bin: sibling,
         max_batch: 0,
+        pipeline: 0,
         stores: 1,
         timeouts: Vec::new(),
     };
@@ -118,6 +120,7 @@ fn parse_args() -> Args {
             "--cluster-tasks" => a.cluster_tasks = number(value()) as usize,
             "--server-bin" => a.server_bin = value().into(),
             "--max-batch" => a.max_batch = number(value()) as usize,
+            "--pipeline" => a.pipeline = number(value()) as usize,
             "--stores" => a.stores = number(value()) as usize,
             "--timeout-ms" => a.timeouts.push(number(value()) as u64),
             "--bench" => {}
@@ -302,6 +305,9 @@ async fn healthy_run(
         let mut store = redis_store(lib, server).await;
         if a.max_batch > 0 {
             store = store.with_max_batch(a.max_batch);
+        }
+        if a.pipeline > 0 {
+            store = store.with_pipeline(a.pipeline);
         }
         watched.push(store.clone());
         let mut builder = Limiter::builder(store)
