@@ -44,7 +44,8 @@
 //! `--timeout-ms T` (repeatable: one table per timeout; default the
 //! library's), `--max-batch B` (`RedisStore::with_max_batch`) and
 //! `--stores K` (the tasks spread over K stores, each its own connection
-//! and limiter).
+//! and limiter), `--pipeline P` (`RedisStore::with_pipeline`) and
+//! `--client redis-rs|fred` (repeatable; default both).
 //!
 //! With `UNDER_FAULTS_TIMELINE=1` the `cluster` section also prints to
 //! stderr, per run, the healthy masters' callers' decisions per 250 ms and
@@ -81,6 +82,7 @@ struct Args {
     /// `RedisStore::with_max_batch` in `healthy` (0: the default).
     max_batch: usize,
     pipeline: usize,
+    clients: Vec<String>,
     /// Stores (connections), each with its limiter, the `healthy` tasks
     /// are spread over.
     stores: usize,
@@ -104,6 +106,7 @@ fn parse_args() -> Args {
         server_bin: sibling,
         max_batch: 0,
         pipeline: 0,
+        clients: Vec::new(),
         stores: 1,
         timeouts: Vec::new(),
     };
@@ -121,6 +124,7 @@ fn parse_args() -> Args {
             "--server-bin" => a.server_bin = value().into(),
             "--max-batch" => a.max_batch = number(value()) as usize,
             "--pipeline" => a.pipeline = number(value()) as usize,
+            "--client" => a.clients.push(value()),
             "--stores" => a.stores = number(value()) as usize,
             "--timeout-ms" => a.timeouts.push(number(value()) as u64),
             "--bench" => {}
@@ -277,6 +281,14 @@ async fn cluster_store(lib: Lib, cluster: &RedisCluster) -> ClusterStore {
     }
 }
 
+/// The clients to run: those named by `--client`, or every one this build has.
+fn libs(a: &Args) -> Vec<Lib> {
+    Lib::all()
+        .into_iter()
+        .filter(|l| a.clients.is_empty() || a.clients.iter().any(|c| c == l.name()))
+        .collect()
+}
+
 // ---------------------------------------------------------------------------
 // healthy: one healthy Redis, thousands of concurrent callers
 // ---------------------------------------------------------------------------
@@ -405,7 +417,7 @@ async fn healthy_table(a: &Args, timeout: Option<Duration>) {
     let server = RedisServer::start_local();
     let mut rows = Vec::new();
     for run in 1..=a.runs {
-        for lib in Lib::all() {
+        for lib in libs(a) {
             eprintln!("healthy: run {run} of {}, {}", a.runs, lib.name());
             rows.push(healthy_run(lib, &server, a, timeout).await);
         }
@@ -429,7 +441,7 @@ async fn healthy_table(a: &Args, timeout: Option<Duration>) {
         "| client | run | decisions | by the store | fallback | fail-open | breaker openings | timeouts | errors | decisions/s | p50 | p99 |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for lib in Lib::all() {
+    for lib in libs(a) {
         let mine: Vec<&HealthyRow> = rows.iter().filter(|r| r.lib == lib).collect();
         for (i, r) in mine.iter().enumerate() {
             println!(
