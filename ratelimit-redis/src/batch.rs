@@ -24,7 +24,10 @@
 //! runs the calls in the order they were written); at most
 //! [`crate::engine::DEFAULT_PIPELINE`] calls are in flight per node. Fewer
 //! never take the second place: they wait for the call in flight, as
-//! above, so that a batch call's fixed cost is shared.
+//! above, so that a batch call's fixed cost is shared. A third call and
+//! further ones go only for a full batch: a load that two calls carry
+//! keeps its large batches, and a queue of thousands keeps the server busy
+//! while the client is slow to come back to it.
 //!
 //! # Under overload: the newest first
 //!
@@ -175,12 +178,12 @@ impl Queue {
     }
 
     /// Queues `item`; `true`: a drain must start (nothing was in flight,
-    /// or enough now wait for a second call, see [`second`], and fewer than
-    /// `pipeline` calls are in flight).
+    /// or enough now wait for a call beside those in flight, see
+    /// [`beside`], and fewer than `pipeline` calls are in flight).
     fn push(&self, item: Item, max: usize, pipeline: usize) -> bool {
         let mut s = self.lock();
         s.items.push_back(item);
-        if s.calls == 0 || (s.calls < pipeline && s.items.len() >= second(max, s.last)) {
+        if s.calls < pipeline && s.items.len() >= beside(max, s.last, s.calls) {
             s.calls += 1;
             true
         } else {
@@ -205,13 +208,14 @@ impl Queue {
     /// whose deadline has passed are not sent and take no place in the
     /// call (the latter answered "expired", counting nothing). When more
     /// than `max` wait and the queue is [`State::congested`], the newest are taken
-    /// (see the module docs), in arrival order. While another call is in
-    /// flight, fewer than [`second`] waiting requests are left to it.
+    /// (see the module docs), in arrival order. While other calls are in
+    /// flight, fewer waiting requests than [`beside`] asks are left to
+    /// them.
     fn take(&self, max: usize) -> Vec<Item> {
         let now = Instant::now();
         let mut stale = Vec::new();
         let mut s = self.lock();
-        if s.calls > 1 && s.items.len() < second(max, s.last) {
+        if s.calls > 1 && s.items.len() < beside(max, s.last, s.calls - 1) {
             s.calls -= 1;
             return Vec::new();
         }
@@ -264,6 +268,20 @@ impl Queue {
 /// [`PIPELINE_MIN_BATCH`], at most a full batch of `max`.
 fn second(max: usize, last: usize) -> usize {
     (last / 2).max(PIPELINE_MIN_BATCH).min(max)
+}
+
+/// The fewest waiting requests that go as a call beside `others` calls in
+/// flight: any with none, [`second`] beside one, a full batch of `max`
+/// beside two or more. Further calls keep the server busy when the client
+/// is slow to come back to it (thousands of callers), without cutting the
+/// batches of a load that two calls carry into smaller ones (each call has
+/// a fixed cost on the server).
+fn beside(max: usize, last: usize, others: usize) -> usize {
+    match others {
+        0 => 1,
+        1 => second(max, last),
+        _ => max,
+    }
 }
 
 /// Whether `oldest` has waited more than half of the time it was given.
@@ -618,6 +636,15 @@ mod tests {
         assert_eq!(second(128, 128), 64);
         assert_eq!(second(4, 100), 4);
         assert_eq!(second(1, 0), 1);
+    }
+
+    #[test]
+    fn a_third_call_and_further_need_a_full_batch() {
+        assert_eq!(beside(128, 100, 0), 1);
+        assert_eq!(beside(128, 100, 1), 50);
+        assert_eq!(beside(128, 100, 2), 128);
+        assert_eq!(beside(128, 20, 5), 128);
+        assert_eq!(beside(4, 0, 1), 4);
     }
 
     #[test]

@@ -37,10 +37,11 @@ pub const DEFAULT_MAX_BATCH: usize = 128;
 
 /// The default most script calls in flight on one node at once: 6. A call
 /// that finds its node idle goes alone; requests arriving meanwhile wait
-/// for the next call, and only a batch worth it (see
-/// [`PIPELINE_MIN_BATCH`]) goes beside the calls in flight rather than
-/// after them (pipelined on the same connection; see the crate docs,
-/// "Group commit"). More than one or two because the server should never
+/// for the next call, and only a batch worth it goes beside the calls in
+/// flight rather than after them (pipelined on the same connection; see
+/// the crate docs, "Group commit"): a second call for
+/// [`PIPELINE_MIN_BATCH`] or half the latest call, a third and further
+/// ones only for a full batch ([`DEFAULT_MAX_BATCH`]). More than one or two because the server should never
 /// wait for the client: under load the task that decodes a reply and
 /// builds the next call waits its turn among thousands of callers' tasks,
 /// and with two calls in flight the server sat idle meanwhile. With 4,096

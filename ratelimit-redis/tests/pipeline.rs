@@ -4,8 +4,9 @@
 //!
 //! - a second call goes beside the one in flight only for a batch worth it
 //!   (at least [`engine::PIPELINE_MIN_BATCH`] requests, or half the latest
-//!   call, at most a full batch); fewer wait for the call in flight
-//!   ([`engine::DEFAULT_PIPELINE`]);
+//!   call, at most a full batch); fewer wait for the call in flight; a
+//!   third and further calls, up to [`engine::DEFAULT_PIPELINE`], only for
+//!   a full batch;
 //! - while the queue keeps up, a call takes the oldest waiting requests
 //!   first (under congestion the newest: unit tests in `src/batch.rs`).
 
@@ -276,4 +277,30 @@ async fn with_large_batches_a_second_call_goes_from_sixteen_waiting() {
     until("the second call is sent", || scene.held.in_flight() == 2).await;
     assert_eq!(scene.call(1), keys);
     scene.finish().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn beside_two_calls_a_third_waits_for_a_full_batch() {
+    assert!(engine::DEFAULT_PIPELINE >= 3);
+    let mut scene = Scene::with_batches_of(128, engine::DEFAULT_PIPELINE).await;
+    let keys: Vec<String> = (1..=16 + 128).map(|i| format!("w{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    // Sixteen go beside the first call.
+    scene.start(&keys[..16]).await;
+    until("the second call is sent", || scene.held.in_flight() == 2).await;
+    // 127 more wait: enough for a second call, not for a third.
+    scene.start(&keys[16..16 + 127]).await;
+    settle().await;
+    assert_eq!(
+        scene.held.in_flight(),
+        2,
+        "a third call went for a partial batch"
+    );
+    // The 128th fills a batch: it goes at once, beside the other two.
+    scene.start(&keys[16 + 127..]).await;
+    until("the third call is sent", || scene.held.in_flight() == 3).await;
+    assert_eq!(scene.call(2), &keys[16..]);
+    let sent = scene.finish().await;
+    let decided: usize = sent.iter().map(Vec::len).sum();
+    assert_eq!(decided, 1 + 16 + 128, "calls: {sent:?}");
 }
