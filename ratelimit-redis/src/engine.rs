@@ -47,8 +47,8 @@ pub const DEFAULT_MAX_BATCH: usize = 128;
 /// and with two calls in flight the server sat idle meanwhile. With 4,096
 /// concurrent callers on one Redis (2 vCPUs, client and server on the
 /// same machine) 6 calls took the store from 290,000-340,000 to
-/// 320,000-400,000 decisions per second and its share of decisions made
-/// within a 20 ms timeout from 96.6-99.7 % to 99.5-100 %; 4 and 8 did
+/// 354,000-402,000 decisions per second and its share of decisions made
+/// within a 20 ms timeout from 96.6-99.7 % to 99.8-100 %; 4 and 8 did
 /// about as well (BENCHMARKS.md, "One healthy Redis, thousands of
 /// callers"). Calls go in only under load: at most 6 batches of
 /// [`DEFAULT_MAX_BATCH`] wait on the server, about 2 ms of its time.
