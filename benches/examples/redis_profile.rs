@@ -110,8 +110,9 @@ async fn bare(url: &str, quota: &Quota, keys: &[String], n: usize) -> usize {
         for a in &args {
             cmd.arg(a);
         }
-        let reply: Vec<i64> = cmd.query_async(&mut conn).await.expect("EVALSHA");
-        ok += usize::from(reply.first() == Some(&1));
+        let ratelimit_redis::decode::Integers(reply) =
+            cmd.query_async(&mut conn).await.expect("EVALSHA");
+        ok += usize::from(ratelimit_benches::admitted(&reply));
     }
     ok
 }

@@ -6,6 +6,16 @@
 
 pub mod clients;
 
+/// Whether a reply of one of the store's single-quota scripts, called bare,
+/// admitted: `allowed` first in the four integers, or a token bucket's one
+/// integer (an admission; see `ratelimit_redis::decode::token_bucket`).
+pub fn admitted(reply: &[i64]) -> bool {
+    match reply {
+        [packed] => *packed >= 0,
+        _ => reply.first() == Some(&1),
+    }
+}
+
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use ratelimit_redis::decode::Integers;
 use ratelimit_redis::error;
 use ratelimit_redis::scripts::Call;
 use redis::cluster_async::ClusterConnection;
@@ -184,13 +185,15 @@ pub(crate) fn failure(err: redis::RedisError) -> Failure {
 
 pub(crate) fn decode_value(value: Value) -> Result<Vec<i64>, Failure> {
     let value = value.extract_error().map_err(failure)?;
-    Vec::<i64>::from_redis_value(value).map_err(|e| Failure {
-        error: ratelimit_core::StoreError::message(
-            format!("unexpected rate-limit script reply: {e}"),
-            false,
-        ),
-        next: Next::Fail,
-    })
+    Integers::from_redis_value(value)
+        .map(|Integers(v)| v)
+        .map_err(|e| Failure {
+            error: ratelimit_core::StoreError::message(
+                format!("unexpected rate-limit script reply: {e}"),
+                false,
+            ),
+            next: Next::Fail,
+        })
 }
 
 async fn redis_eval(
@@ -206,8 +209,9 @@ async fn redis_eval(
         // numkeys; every key of one call shares its slot) to the slot's
         // master.
         Route::Key => cmd
-            .query_async::<Vec<i64>>(&mut conn)
+            .query_async::<Integers>(&mut conn)
             .await
+            .map(|Integers(v)| v)
             .map_err(failure),
         Route::Moved(addr) => {
             let value = conn

@@ -83,6 +83,64 @@ pub fn decision(reply: &[i64], limit: Limit) -> Result<Decision, StoreError> {
     ))
 }
 
+/// A single token-bucket call's admission as the four integers
+/// [`decision`] takes: the script returns one integer instead (see
+/// [`crate::scripts`]; a table and its conversion cost the server about
+/// 1 µs a call), `d`, the bucket units the bucket is short of full with
+/// this request. `refill` is the units a µs, `full` the capacity in units
+/// (the quota's single-script arguments). A denial comes as the four
+/// (its shortfall need not be exact in Lua's doubles).
+///
+/// A value no admission of these numbers could give (negative, or more
+/// than a full bucket) is a non-transient error.
+///
+/// ```
+/// use ratelimit_redis::decode::token_bucket;
+/// // A bucket of 10 tokens of 1,000 units, 2 units a µs (2 tokens a ms).
+/// // Admitted, 3,000 units short of full: 7 tokens left, full in 1.5 ms.
+/// assert_eq!(token_bucket(3_000, 2, 10_000).unwrap(), [1, 7_000, 1_500, -1]);
+/// assert_eq!(token_bucket(3_001, 2, 10_000).unwrap(), [1, 6_999, 1_501, -1]);
+/// assert!(token_bucket(-1, 2, 10_000).is_err());
+/// assert!(token_bucket(10_001, 2, 10_000).is_err());
+/// ```
+pub fn token_bucket(packed: i64, refill: u64, full: u64) -> Result<[i64; 4], StoreError> {
+    let bad = || {
+        StoreError::message(
+            format!("unexpected rate-limit script reply {packed} (token bucket)"),
+            false,
+        )
+    };
+    let short = u64::try_from(packed).map_err(|_| bad())?;
+    if short > full {
+        return Err(bad());
+    }
+    let reset = short.div_ceil(refill.max(1));
+    let int = |n: u64| i64::try_from(n).map_err(|_| bad());
+    Ok([1, int(full - short)?, int(reset)?, -1])
+}
+
+/// A script's reply as redis-rs reads it: an array of integers, or one
+/// integer (a single token-bucket call's, see [`token_bucket`]) as an
+/// array of one. (fred reads one integer as an array of one itself.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Integers(pub Vec<i64>);
+
+impl redis::FromRedisValue for Integers {
+    fn from_redis_value_ref(v: &redis::Value) -> Result<Self, redis::ParsingError> {
+        match v {
+            redis::Value::Int(n) => Ok(Self(vec![*n])),
+            v => Vec::<i64>::from_redis_value_ref(v).map(Self),
+        }
+    }
+
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        match v {
+            redis::Value::Int(n) => Ok(Self(vec![n])),
+            v => Vec::<i64>::from_redis_value(v).map(Self),
+        }
+    }
+}
+
 /// Builds the decisions of one request of a [`crate::scripts::BATCH`]
 /// reply: 4 integers per charge, in order, each group as [`decision`]
 /// takes it.

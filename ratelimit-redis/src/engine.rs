@@ -454,6 +454,10 @@ impl Engine {
         let index = self.clock_index(req.slot());
         let clocks = &self.shared.server_clock;
         if req.is_single() {
+            if let [packed] = raw[..] {
+                // A token bucket's one integer (see `decode::token_bucket`).
+                return req.unpack(packed).map(Vec::from);
+            }
             let (decided, server_now) = match decode::split(&raw)? {
                 Reply::Decided {
                     decisions,

@@ -8,6 +8,7 @@ use ratelimit_core::store::{Answer, Capabilities, Request};
 use ratelimit_core::{Store, StoreError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::decode::Integers;
 use crate::engine::{Engine, Eval, EvalOf, Transport};
 use crate::error;
 use crate::options::Options;
@@ -76,7 +77,7 @@ async fn redis_eval(mut cm: ConnectionManager, call: Arc<Call>) -> Result<Vec<i6
     let source = script.send_source_first();
     let reply = match script
         .command(keys, args, source)
-        .query_async(&mut cm)
+        .query_async::<Integers>(&mut cm)
         .await
     {
         Err(e)
@@ -85,12 +86,13 @@ async fn redis_eval(mut cm: ConnectionManager, call: Arc<Call>) -> Result<Vec<i6
         {
             script
                 .command(keys, args, true)
-                .query_async(&mut cm)
+                .query_async::<Integers>(&mut cm)
                 .await
                 .map_err(error::from_redis)
         }
         reply => reply.map_err(error::from_redis),
     };
+    let reply = reply.map(|Integers(v)| v);
     marked(script, reply)
 }
 

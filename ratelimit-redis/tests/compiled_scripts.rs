@@ -59,6 +59,10 @@ fn a_quotas_own_script_decides_as_its_algorithms_script() {
             };
             let (a, b) = (run(&server, &call), run(&server, &reference));
             assert_eq!(a, b, "step {step}, quota {q:?}, cost {cost}, now {now}");
+            let a = match a[..] {
+                [packed] => own.unpack(packed).unwrap().to_vec(),
+                _ => a,
+            };
             if a[0] == 1 {
                 admitted += 1;
             } else {
@@ -145,4 +149,71 @@ async fn fred_first_calls_carry_the_source() {
     let server = RedisServer::start_local();
     let store = common::fred_store(&server.url(), server.prefix()).await;
     first_calls_and_a_flushed_cache(store, &server, 987_654_322).await;
+}
+
+/// A token bucket's single call that admits returns one integer unless
+/// asked for the server's `TIME`, when it returns the four (and `TIME`):
+/// on twin keys, the same requests at the same instants, the one integer
+/// unpacked is the four, and a denial is the four, through admissions from
+/// full and from partly spent buckets, denials, costs above the capacity
+/// and sub-µs remainders.
+#[test]
+fn a_token_buckets_one_integer_unpacks_to_its_four() {
+    let server = RedisServer::start_local();
+    let quotas = [
+        Quota::token_bucket(Rate::per_minute(100), 20).unwrap(),
+        Quota::token_bucket(Rate::per_second(3_000_000), 7).unwrap(),
+        Quota::token_bucket(Rate::per_hour(1), 1).unwrap(),
+    ];
+    let mut now: u64 = 1_700_000_000_000_000;
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let (mut admitted, mut denied) = (0, 0);
+    for step in 0..600 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        now += seed % 400_000;
+        for (i, q) in quotas.iter().enumerate() {
+            // Now and then a cost above the capacity (denied, never full).
+            let cost = if seed % 17 == 0 { 30 } else { 1 + seed % 4 };
+            let charge = [Charge::new(q, cost)];
+            let calls = ["packed", "four"].map(|twin| {
+                let request = Request::new(
+                    server.prefix(),
+                    format!("{twin}{i}").as_bytes(),
+                    &charge,
+                    Some(now),
+                );
+                let mut call = Call::alone(&request, 0);
+                if twin == "four" {
+                    // -(deadline + 1) with no deadline: also return TIME.
+                    call.args[0] = "-1".to_owned();
+                }
+                (request, call)
+            });
+            let packed = run(&server, &calls[0].1);
+            let four = run(&server, &calls[1].1);
+            assert_eq!(four.len(), 5, "step {step}: four and TIME: {four:?}");
+            let unpacked = match packed[..] {
+                [p] => {
+                    admitted += 1;
+                    calls[0].0.unpack(p).unwrap().to_vec()
+                }
+                // A denial comes as the four.
+                _ => {
+                    denied += 1;
+                    packed
+                }
+            };
+            assert_eq!(
+                unpacked[..],
+                four[..4],
+                "step {step}, quota {q:?}, cost {cost}, now {now}"
+            );
+        }
+    }
+    assert!(
+        admitted > 300 && denied > 300,
+        "{admitted} admitted, {denied} denied"
+    );
 }

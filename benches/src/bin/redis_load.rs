@@ -579,9 +579,9 @@ async fn bare_evalsha(
                     for a in args.iter() {
                         cmd.arg(a);
                     }
-                    let reply: Vec<i64> =
+                    let ratelimit_redis::decode::Integers(reply) =
                         cmd.query_async(&mut m).await.map_err(|e| e.to_string())?;
-                    Ok(reply.first() == Some(&1))
+                    Ok(ratelimit_benches::admitted(&reply))
                 })
             })
         }
@@ -602,7 +602,7 @@ async fn bare_evalsha(
                         .evalsha(&*sha, keys[i].as_str(), args.to_vec())
                         .await
                         .map_err(|e| e.to_string())?;
-                    Ok(reply.first() == Some(&1))
+                    Ok(ratelimit_benches::admitted(&reply))
                 })
             })
         }

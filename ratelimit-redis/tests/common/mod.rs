@@ -124,8 +124,9 @@ pub fn run_call(server: &RedisServer, call: &ratelimit_redis::scripts::Call) -> 
         invocation.arg(a);
     }
     invocation
-        .invoke(&mut server.connection())
+        .invoke::<ratelimit_redis::decode::Integers>(&mut server.connection())
         .expect("the script runs")
+        .0
 }
 
 /// The number after `field` (up to a comma) in `INFO section`, 0 when the

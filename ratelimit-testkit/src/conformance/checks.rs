@@ -130,7 +130,7 @@ pub(crate) fn compare(sc: &Scenario, got: &[(Outcome, Decision)]) -> Result<(), 
                 o.key,
                 o.policy,
                 o.cost,
-                o.t - sc.start
+                i128::from(o.t) - i128::from(sc.start)
             ));
         }
     }
