@@ -12,6 +12,20 @@ use ratelimit_testkit::redis_server::RedisServer;
 
 use common::run_call as run;
 
+/// A fixed walk of `steps` instants (µs since the epoch, for an injected
+/// clock), less than `gap` apart: `(step, now, r)`, `r` a pseudo-random
+/// number (xorshift from `seed`) for the step's choices.
+fn walk(mut seed: u64, steps: usize, gap: u64) -> impl Iterator<Item = (usize, u64, u64)> {
+    let mut now: u64 = 1_700_000_000_000_000;
+    (0..steps).map(move |step| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        now += seed % gap;
+        (step, now, seed)
+    })
+}
+
 #[test]
 fn a_quotas_own_script_decides_as_its_algorithms_script() {
     let server = RedisServer::start_local();
@@ -24,14 +38,8 @@ fn a_quotas_own_script_decides_as_its_algorithms_script() {
         Quota::sliding_log(Rate::per_second(10)).unwrap(),
     ];
     // A fixed walk of instants (µs, injected clock) and costs.
-    let mut now: u64 = 1_700_000_000_000_000;
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let (mut admitted, mut denied) = (0, 0);
-    for step in 0..400 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        now += seed % 150_000;
+    for (step, now, seed) in walk(0x9e37_79b9_7f4a_7c15, 400, 150_000) {
         for (i, q) in quotas.iter().enumerate() {
             let cost = 1 + seed % 3;
             let charge = [Charge::new(q, cost)];
@@ -165,14 +173,8 @@ fn a_token_buckets_one_integer_unpacks_to_its_four() {
         Quota::token_bucket(Rate::per_second(3_000_000), 7).unwrap(),
         Quota::token_bucket(Rate::per_hour(1), 1).unwrap(),
     ];
-    let mut now: u64 = 1_700_000_000_000_000;
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
     let (mut admitted, mut denied) = (0, 0);
-    for step in 0..600 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        now += seed % 400_000;
+    for (step, now, seed) in walk(0x2545_f491_4f6c_dd1d, 600, 400_000) {
         for (i, q) in quotas.iter().enumerate() {
             // Now and then a cost above the capacity (denied, never full).
             let cost = if seed % 17 == 0 { 30 } else { 1 + seed % 4 };
