@@ -126,13 +126,6 @@ pub fn token_bucket(packed: i64, refill: u64, full: u64) -> Result<[i64; 4], Sto
 pub struct Integers(pub Vec<i64>);
 
 impl redis::FromRedisValue for Integers {
-    fn from_redis_value_ref(v: &redis::Value) -> Result<Self, redis::ParsingError> {
-        match v {
-            redis::Value::Int(n) => Ok(Self(vec![*n])),
-            v => Vec::<i64>::from_redis_value_ref(v).map(Self),
-        }
-    }
-
     fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
         match v {
             redis::Value::Int(n) => Ok(Self(vec![n])),

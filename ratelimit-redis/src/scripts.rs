@@ -220,15 +220,19 @@ impl Script {
 
 /// One single-quota script: the head, the read of a string state (for the
 /// algorithms that keep one), the algorithm's part, the write head, its
-/// write, the tail.
+/// write, what an admission answers early (if anything), the tail.
 macro_rules! single {
     ($read:literal, $part:literal, $write:literal) => {
+        single!($read, $part, $write, "")
+    };
+    ($read:literal, $part:literal, $write:literal, $admitted:literal) => {
         concat!(
             include_str!("scripts/parts/single_head.lua"),
             $read,
             include_str!(concat!("scripts/parts/", $part)),
             include_str!("scripts/parts/single_write.lua"),
             include_str!(concat!("scripts/parts/", $write)),
+            $admitted,
             include_str!("scripts/parts/single_tail.lua"),
         )
     };
@@ -276,8 +280,8 @@ const BATCH_LUA: &str = concat!(
 /// A single-quota script of an algorithm whose state is one string: read
 /// with one `GET` before its part, written with `set_write.lua` after.
 macro_rules! single_string {
-    ($part:literal) => {
-        single!("local v = call('GET', key)\n", $part, "set_write.lua")
+    ($part:literal $(, $admitted:literal)?) => {
+        single!("local v = call('GET', key)\n", $part, "set_write.lua" $(, $admitted)?)
     };
 }
 
@@ -294,9 +298,22 @@ pub static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| {
         single!("", "sliding_log.lua", "sliding_log_write.lua"),
     )
 });
-/// The token bucket script.
-pub static TOKEN_BUCKET: LazyLock<Script> =
-    LazyLock::new(|| Script::new("token_bucket", single_string!("token_bucket.lua")));
+/// The token bucket script. An admission not asked for the server's `TIME`
+/// answers one integer, `z - remaining`: the units the bucket is short of
+/// full, from which [`crate::decode::token_bucket`] computes the four (a
+/// Lua table and its conversion cost the server about 1 µs a call). A
+/// denial answers the four: its shortfall `delta * y + rho` may pass 2^53
+/// (a state written under other numbers), where Lua's doubles are no
+/// longer exact.
+pub static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "token_bucket",
+        single_string!(
+            "token_bucket.lua",
+            "  if not tail then return z - remaining end\n"
+        ),
+    )
+});
 
 /// The batch script: requests in order, each over one or more quotas, all
 /// or nothing (see the module docs). A several-quota call is a batch of
@@ -422,17 +439,12 @@ fn push_now(args: &mut Vec<String>, now: Option<Micros>) {
 }
 
 /// The algorithm code of the batch script (see the module docs).
-/// The batch script's code of a token bucket (see [`kind`]).
-const fn kind_token_bucket() -> &'static str {
-    "4"
-}
-
 fn kind(quota: &Quota) -> &'static str {
     match quota.algorithm() {
         Algorithm::FixedWindow(_) => "1",
         Algorithm::SlidingWindow(_) => "2",
         Algorithm::SlidingLog(_) => "3",
-        Algorithm::TokenBucket(_) => kind_token_bucket(),
+        Algorithm::TokenBucket(_) => "4",
     }
 }
 
@@ -620,7 +632,7 @@ impl Request {
     /// an error for a request of another kind, which never returns one.
     pub fn unpack(&self, packed: i64) -> Result<[i64; 4], StoreError> {
         match self.quota_args.as_slice() {
-            [q] if self.is_single() && q.kind == kind_token_bucket() => {
+            [q] if std::ptr::eq(self.script, &*TOKEN_BUCKET) => {
                 crate::decode::token_bucket(packed, q.y, q.z)
             }
             _ => Err(StoreError::message(

@@ -14,8 +14,8 @@
 -- (remaining in bucket units for a token bucket), with
 -- the server's µs after them if asked, or {-1, server µs} when past the
 -- deadline: expired, nothing written. A token bucket's admission not asked
--- for the server's µs returns one integer instead of the four (tb_d: see
--- its part), from which the client computes them. The deadline is checked only before
+-- for the server's µs returns one integer instead of the four (see
+-- src/scripts.rs, TOKEN_BUCKET). The deadline is checked only before
 -- writing: a denial writes nothing anyway and is answered as usual.
 -- `s + 0` converts a numeric string once (`tonumber` converts it twice).
 local x, y, z, c = ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0, 5
@@ -30,4 +30,4 @@ if now then now, min_ms = now + 0, ARGV[c + 1] + 0 else now = st end
 local fmt, find, sub, call = string.format, string.find, string.sub, redis.call
 local key = KEYS[1]
 local ok, remaining, reset, retry, cost, limit, wv = 0, 0, 0, -1, 0, 0, nil
-local tb_t, tb_w, tb_d = nil, nil, nil
+local tb_t, tb_w = nil, nil

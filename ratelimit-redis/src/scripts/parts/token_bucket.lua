@@ -6,13 +6,6 @@
 -- stored string (false: none), read by the script around this part.
 -- Remaining is answered in bucket units (the client divides by the unit,
 -- which the script never needs), and so are `cost` and `limit`.
--- tb_d (declared around this part): an admission as one integer, which a
--- single call returns instead of the four (a table and its conversion cost
--- the server about 1 µs a call): d, the units the bucket is short of full
--- (d <= z). With need, refill and full the client has everything else
--- (ratelimit-redis/src/decode.rs, `token_bucket`). A denial answers the
--- four: its shortfall delta * y + rho may pass 2^53 (a state written under
--- other numbers), where Lua's doubles are no longer exact.
 -- Every value stays within full + refill <= 2^52 and tat <= now + full
 -- < 2^53 (checked by the quota and the clock bound), exact in Lua's
 -- doubles. For such integers Lua's `a % b` (a - floor(a / b) * b) is
@@ -36,7 +29,6 @@ end
 local room = z - x
 if rho <= room and delta <= (room - rho - (room - rho) % y) / y then
   local d = delta * y + rho + x
-  tb_d = d
   local rem = d % y
   local whole = (d - rem) / y
   reset = whole
