@@ -184,10 +184,23 @@ pub fn for_limits(reply: &[i64], limits: &[Limit]) -> Result<Decisions, StoreErr
 /// One request's outcome in a batch reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome<'a> {
-    /// Decided: 4 integers per quota.
+    /// Decided: per quota, its 4 integers, or one (an admitting token
+    /// bucket of an admitted request, see [`batch`]); for
+    /// [`crate::scripts::Request::expand`].
     Decided(&'a [i64]),
     /// Past its deadline: nothing written.
     Expired,
+}
+
+/// How many integers a quota's answer in a batch reply takes, from its
+/// first: 4 (allowed first: 0 or 1), or 1 (`-2 - d`: an admitting token
+/// bucket, `d` the units it is short of full).
+fn width(first: i64) -> Option<usize> {
+    match first {
+        0 | 1 => Some(4),
+        i64::MIN..=-2 => Some(1),
+        _ => None,
+    }
 }
 
 /// Splits a [`crate::scripts::BATCH`] reply into each request's outcome
@@ -195,18 +208,24 @@ pub enum Outcome<'a> {
 ///
 /// A reply of another shape is a non-transient error.
 ///
-/// Each request's outcome is `-1` alone (expired) or its 4 integers per
-/// quota, whose first (allowed: 0 or 1) tells the two apart.
+/// Each request's outcome is `-1` alone (expired) or, per quota, its 4
+/// integers (allowed first: 0 or 1) or, for a token bucket that admits a
+/// request that is admitted, one: `-2 - d`, where `d` is the units the
+/// bucket is short of full ([`crate::scripts::Request::expand`] makes the
+/// four of it; most batched decisions are admissions, and a fourth of the
+/// integers costs the server and the client less).
 ///
 /// ```
 /// use ratelimit_redis::decode::{Outcome, batch};
-/// let (outcomes, now) = batch(&[1, 9, 5, -1, -1, 0, 0, 7, 40, 77], &[1, 1, 1]).unwrap();
+/// let reply = [1, 9, 5, -1, -1, 0, 0, 7, 40, -3_002, 77];
+/// let (outcomes, now) = batch(&reply, &[1, 1, 1, 1]).unwrap();
 /// assert_eq!(
 ///     outcomes,
 ///     vec![
 ///         Outcome::Decided(&[1, 9, 5, -1]),
 ///         Outcome::Expired,
 ///         Outcome::Decided(&[0, 0, 7, 40]),
+///         Outcome::Decided(&[-3_002]),
 ///     ]
 /// );
 /// assert_eq!(now, 77);
@@ -228,14 +247,71 @@ pub fn batch<'a>(
     let (&server_now, mut rest) = reply.split_last().ok_or_else(bad)?;
     let mut out = Vec::with_capacity(quotas.len());
     for &n in quotas {
-        match rest.first() {
-            Some(-1) => {
-                out.push(Outcome::Expired);
+        if rest.first() == Some(&-1) {
+            out.push(Outcome::Expired);
+            rest = &rest[1..];
+            continue;
+        }
+        if n == 0 {
+            return Err(bad());
+        }
+        let mut len = 0;
+        for _ in 0..n {
+            let w = rest.get(len).copied().and_then(width).ok_or_else(bad)?;
+            len += w;
+        }
+        let (this, after) = rest.split_at_checked(len).ok_or_else(bad)?;
+        out.push(Outcome::Decided(this));
+        rest = after;
+    }
+    if !rest.is_empty() {
+        return Err(bad());
+    }
+    Ok((out, server_now))
+}
+
+/// The four integers of each quota of one request's batch answer, in
+/// order: a quota's four as they came, or the four of a token bucket's
+/// one integer (`-2 - d`, see [`batch`]) from `buckets[i]`, its bucket's
+/// `(refill, full)` in units (`None` for a window, which never answers
+/// with one).
+///
+/// An answer of another shape is a non-transient error.
+///
+/// ```
+/// use ratelimit_redis::decode::expand;
+/// // A window's four, then a bucket of 10,000 units refilling 2 a µs,
+/// // admitted 3,000 units short of full.
+/// let four = expand(&[1, 9, 5, -1, -3_002], &[None, Some((2, 10_000))]).unwrap();
+/// assert_eq!(&four[..], &[1, 9, 5, -1, 1, 7_000, 1_500, -1]);
+/// assert!(expand(&[-3_002], &[None]).is_err());
+/// ```
+pub fn expand(
+    answer: &[i64],
+    buckets: &[Option<(u64, u64)>],
+) -> Result<smallvec::SmallVec<[i64; 4]>, StoreError> {
+    let bad = || {
+        StoreError::message(
+            format!(
+                "unexpected rate-limit batch answer {answer:?} for {} quotas",
+                buckets.len()
+            ),
+            false,
+        )
+    };
+    let mut out = smallvec::SmallVec::with_capacity(4 * buckets.len());
+    let mut rest = answer;
+    for bucket in buckets {
+        let first = *rest.first().ok_or_else(bad)?;
+        match (width(first), bucket) {
+            (Some(1), Some((refill, full))) => {
+                let short = -2i64 - first;
+                out.extend_from_slice(&token_bucket(short, *refill, *full)?);
                 rest = &rest[1..];
             }
-            Some(0 | 1) if n > 0 && rest.len() >= 4 * n => {
-                out.push(Outcome::Decided(&rest[..4 * n]));
-                rest = &rest[4 * n..];
+            (Some(4), _) if rest.len() >= 4 => {
+                out.extend_from_slice(&rest[..4]);
+                rest = &rest[4..];
             }
             _ => return Err(bad()),
         }
@@ -243,7 +319,7 @@ pub fn batch<'a>(
     if !rest.is_empty() {
         return Err(bad());
     }
-    Ok((out, server_now))
+    Ok(out)
 }
 
 /// A script's reply, split (see [`crate::scripts`]).

@@ -73,8 +73,13 @@
 //! | then | with 3 fields, per request: now (`""`: `TIME`), its deadline in the server's µs (0: none), the id of its quota set; with 1, one argument: every request's deadline, in order, separated by spaces (the script splits it only when `TIME` is past the earliest) |
 //!
 //! Reply: per request 4 integers per quota (each as a single script's
-//! reply, allowed first: 0 or 1), or `-1` alone (expired: nothing written);
-//! then the server's `TIME`. Decoded by [`crate::decode::batch`]. Each request is
+//! reply, allowed first: 0 or 1), except one integer, `-2 - d`, for a token
+//! bucket that admits a request that is admitted (`d`: the units it is
+//! short of full; as the single script's one integer, it leaves the
+//! client to compute the four, and most batched decisions are
+//! admissions), or `-1` alone (expired: nothing written); then the
+//! server's `TIME`. Decoded by [`crate::decode::batch`] and
+//! [`Request::expand`]. Each request is
 //! decided exactly as it would be alone, in order: it sees the writes of
 //! the ones before it. A denied request writes nothing; a quota that
 //! admits a denied request reports its `remaining` without it.
@@ -444,9 +449,12 @@ fn kind(quota: &Quota) -> &'static str {
         Algorithm::FixedWindow(_) => "1",
         Algorithm::SlidingWindow(_) => "2",
         Algorithm::SlidingLog(_) => "3",
-        Algorithm::TokenBucket(_) => "4",
+        Algorithm::TokenBucket(_) => TOKEN_BUCKET_KIND,
     }
 }
+
+/// The token bucket's algorithm code in the batch script.
+const TOKEN_BUCKET_KIND: &str = "4";
 
 /// The `ARGV` of one single-quota call (see the module docs).
 ///
@@ -640,6 +648,18 @@ impl Request {
                 false,
             )),
         }
+    }
+
+    /// The four decision integers per quota of this request's answer in a
+    /// batch reply, where an admitting token bucket answers with one (see
+    /// [`crate::decode::expand`]).
+    pub fn expand(&self, answer: &[i64]) -> Result<SmallVec<[i64; 4]>, StoreError> {
+        let buckets: SmallVec<[Option<(u64, u64)>; 1]> = self
+            .quota_args
+            .iter()
+            .map(|q| (q.kind == TOKEN_BUCKET_KIND).then_some((q.y, q.z)))
+            .collect();
+        crate::decode::expand(answer, &buckets)
     }
 }
 

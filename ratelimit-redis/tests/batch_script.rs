@@ -18,13 +18,14 @@ const FAR: i64 = 9_000_000_000_000_000;
 use common::run_call as run;
 
 /// Each request's first quota: admitted (true), denied (false) or expired
-/// (None).
+/// (None). (An admitting token bucket answers with one integer, -2 or
+/// less.)
 fn outcomes(reply: &[i64], requests: usize) -> Vec<Option<bool>> {
     let (outcomes, _) = decode::batch(reply, &vec![1; requests]).expect("a batch reply");
     outcomes
         .into_iter()
         .map(|o| match o {
-            Outcome::Decided(d) => Some(d[0] == 1),
+            Outcome::Decided(d) => Some(d[0] == 1 || d[0] <= -2),
             Outcome::Expired => None,
         })
         .collect()
@@ -141,9 +142,11 @@ fn each_request_writes_its_own_state() {
     let (outcomes, _) = decode::batch(&reply, &[1, 1, 1]).expect("a batch reply");
     let remaining: Vec<u64> = outcomes
         .iter()
-        .map(|o| match o {
+        .zip([&b, &a, &c])
+        .map(|(o, r)| match o {
             Outcome::Decided(d) => {
-                decode::for_limits(d, &[decode::Limit::of(&q)]).expect("decoded")[0].remaining
+                let four = r.expand(d).expect("expanded");
+                decode::for_limits(&four, &[decode::Limit::of(&q)]).expect("decoded")[0].remaining
             }
             Outcome::Expired => panic!("nothing expires here"),
         })

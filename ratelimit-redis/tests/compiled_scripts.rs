@@ -219,3 +219,62 @@ fn a_token_buckets_one_integer_unpacks_to_its_four() {
         "{admitted} admitted, {denied} denied"
     );
 }
+
+/// The batch script answers an admitting token bucket with one integer
+/// too (`-2 - d`): on twin keys, the same requests at the same instants,
+/// three requests in each batch call (one per quota), each answer expanded
+/// is the four a lone call asked for with `TIME` returns, admissions and
+/// denials alike.
+#[test]
+fn a_batched_token_buckets_one_integer_expands_to_its_four() {
+    let server = RedisServer::start_local();
+    let quotas = [
+        Quota::token_bucket(Rate::per_minute(100), 20).unwrap(),
+        Quota::token_bucket(Rate::per_second(3_000_000), 7).unwrap(),
+        Quota::token_bucket(Rate::per_hour(1), 1).unwrap(),
+    ];
+    let (mut one, mut four_of_them) = (0, 0);
+    for (step, now, seed) in walk(0x6a09_e667_f3bc_c908, 600, 400_000) {
+        let cost = if seed % 17 == 0 { 30 } else { 1 + seed % 4 };
+        let requests: Vec<[Request; 2]> = quotas
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                ["batched", "four"].map(|twin| {
+                    Request::new(
+                        server.prefix(),
+                        format!("{twin}{i}").as_bytes(),
+                        &[Charge::new(q, cost)],
+                        Some(now),
+                    )
+                })
+            })
+            .collect();
+        let batch: Vec<(&Request, i64)> = requests.iter().map(|[b, _]| (b, 0)).collect();
+        let reply = run(&server, &Call::batch(&batch));
+        let (outcomes, _) =
+            ratelimit_redis::decode::batch(&reply, &[1, 1, 1]).expect("a batch reply");
+        for ((outcome, [batched, alone]), q) in outcomes.iter().zip(&requests).zip(&quotas) {
+            let ratelimit_redis::decode::Outcome::Decided(answer) = outcome else {
+                panic!("step {step}: nothing expires here")
+            };
+            match answer.len() {
+                1 => one += 1,
+                _ => four_of_them += 1,
+            }
+            let mut call = Call::alone(alone, 0);
+            // -(deadline + 1) with no deadline: also return TIME.
+            call.args[0] = "-1".to_owned();
+            let four = run(&server, &call);
+            assert_eq!(
+                batched.expand(answer).expect("expanded")[..],
+                four[..4],
+                "step {step}, quota {q:?}, cost {cost}, now {now}, answer {answer:?}"
+            );
+        }
+    }
+    assert!(
+        one > 300 && four_of_them > 300,
+        "{one} answered with one integer, {four_of_them} with four"
+    );
+}

@@ -26,9 +26,13 @@
 --   field per request would cost the server an argument each)
 -- Returns per request 4 integers per quota {allowed (0/1), remaining (in
 -- bucket units for a token bucket), reset_after_us, retry_after_us or -1},
--- that quota's own decision; or -1
--- alone when the request's deadline had passed before it would write
--- (expired, nothing written); then the server's TIME in µs.
+-- that quota's own decision, except a token bucket that admits a request
+-- that is admitted: one integer, -2 - d, where d = full - remaining is the
+-- units the bucket is short of full (the client computes the four from it
+-- and the quota's numbers); or -1 alone when the request's deadline had
+-- passed before it would write (expired, nothing written); then the
+-- server's TIME in µs. The first integer of a quota's answer tells its
+-- form: 0 or 1 (four), -2 or less (one).
 -- Each request is decided in two phases, exactly as alone: every quota
 -- from its stored state, writing nothing; then, only if every enforced
 -- (not shadow) quota admits it, the state of each quota that admits it is
