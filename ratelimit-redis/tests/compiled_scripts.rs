@@ -26,6 +26,30 @@ fn walk(mut seed: u64, steps: usize, gap: u64) -> impl Iterator<Item = (usize, u
     })
 }
 
+/// The token buckets the one-integer tests walk: whole µs per token, a
+/// refill of several units a µs (states with a remainder), one an hour.
+fn buckets() -> [Quota; 3] {
+    [
+        Quota::token_bucket(Rate::per_minute(100), 20).unwrap(),
+        Quota::token_bucket(Rate::per_second(3_000_000), 7).unwrap(),
+        Quota::token_bucket(Rate::per_hour(1), 1).unwrap(),
+    ]
+}
+
+/// A step's cost on those buckets: 1 to 4, and now and then one above
+/// every capacity (denied, never full).
+fn bucket_cost(seed: u64) -> u64 {
+    if seed % 17 == 0 { 30 } else { 1 + seed % 4 }
+}
+
+/// A lone call of `request` that also asks for the server's `TIME`
+/// (`-(deadline + 1)` with no deadline), so that it answers with the four.
+fn asking_time(request: &Request) -> Call {
+    let mut call = Call::alone(request, 0);
+    call.args[0] = "-1".to_owned();
+    call
+}
+
 #[test]
 fn a_quotas_own_script_decides_as_its_algorithms_script() {
     let server = RedisServer::start_local();
@@ -168,16 +192,11 @@ async fn fred_first_calls_carry_the_source() {
 #[test]
 fn a_token_buckets_one_integer_unpacks_to_its_four() {
     let server = RedisServer::start_local();
-    let quotas = [
-        Quota::token_bucket(Rate::per_minute(100), 20).unwrap(),
-        Quota::token_bucket(Rate::per_second(3_000_000), 7).unwrap(),
-        Quota::token_bucket(Rate::per_hour(1), 1).unwrap(),
-    ];
+    let quotas = buckets();
     let (mut admitted, mut denied) = (0, 0);
     for (step, now, seed) in walk(0x2545_f491_4f6c_dd1d, 600, 400_000) {
         for (i, q) in quotas.iter().enumerate() {
-            // Now and then a cost above the capacity (denied, never full).
-            let cost = if seed % 17 == 0 { 30 } else { 1 + seed % 4 };
+            let cost = bucket_cost(seed);
             let charge = [Charge::new(q, cost)];
             let calls = ["packed", "four"].map(|twin| {
                 let request = Request::new(
@@ -186,11 +205,11 @@ fn a_token_buckets_one_integer_unpacks_to_its_four() {
                     &charge,
                     Some(now),
                 );
-                let mut call = Call::alone(&request, 0);
-                if twin == "four" {
-                    // -(deadline + 1) with no deadline: also return TIME.
-                    call.args[0] = "-1".to_owned();
-                }
+                let call = if twin == "four" {
+                    asking_time(&request)
+                } else {
+                    Call::alone(&request, 0)
+                };
                 (request, call)
             });
             let packed = run(&server, &calls[0].1);
@@ -228,14 +247,10 @@ fn a_token_buckets_one_integer_unpacks_to_its_four() {
 #[test]
 fn a_batched_token_buckets_one_integer_expands_to_its_four() {
     let server = RedisServer::start_local();
-    let quotas = [
-        Quota::token_bucket(Rate::per_minute(100), 20).unwrap(),
-        Quota::token_bucket(Rate::per_second(3_000_000), 7).unwrap(),
-        Quota::token_bucket(Rate::per_hour(1), 1).unwrap(),
-    ];
+    let quotas = buckets();
     let (mut one, mut four_of_them) = (0, 0);
     for (step, now, seed) in walk(0x6a09_e667_f3bc_c908, 600, 400_000) {
-        let cost = if seed % 17 == 0 { 30 } else { 1 + seed % 4 };
+        let cost = bucket_cost(seed);
         let requests: Vec<[Request; 2]> = quotas
             .iter()
             .enumerate()
@@ -262,10 +277,7 @@ fn a_batched_token_buckets_one_integer_expands_to_its_four() {
                 1 => one += 1,
                 _ => four_of_them += 1,
             }
-            let mut call = Call::alone(alone, 0);
-            // -(deadline + 1) with no deadline: also return TIME.
-            call.args[0] = "-1".to_owned();
-            let four = run(&server, &call);
+            let four = run(&server, &asking_time(alone));
             assert_eq!(
                 batched.expand(answer).expect("expanded")[..],
                 four[..4],
