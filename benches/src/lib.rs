@@ -199,3 +199,15 @@ mod tests {
         assert_eq!(v, [1, 2, 3]);
     }
 }
+
+/// What a load program does with an argument it does not take: `--help`
+/// (or `-h`) prints `usage` and exits 0; anything else prints it with the
+/// argument to stderr and exits 2 (no panic, no backtrace).
+pub fn not_an_option(arg: &str, usage: &str) -> ! {
+    if arg == "--help" || arg == "-h" {
+        println!("{usage}");
+        std::process::exit(0);
+    }
+    eprintln!("unknown option {arg:?}\n{usage}");
+    std::process::exit(2);
+}

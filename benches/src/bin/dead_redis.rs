@@ -190,7 +190,10 @@ fn parse_args() -> (usize, Duration) {
                     .expect("--runs needs a positive number")
             }
             "--bench" => {}
-            other => panic!("unknown option {other:?}: --runs R, --down-for SECONDS"),
+            other => ratelimit_benches::not_an_option(
+                other,
+                "usage: dead_redis [--runs R] [--down-for SECONDS]",
+            ),
         }
     }
     (runs, down_for)

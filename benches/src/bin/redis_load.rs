@@ -80,6 +80,11 @@ const PROTOTYPE_TOKEN_BUCKET: &str =
 const GENEROUS: Duration = Duration::from_secs(2);
 const NAMESPACE: &str = "api";
 
+/// The options (see the module docs for what each does).
+const USAGE: &str = "usage: redis_load [--runs R] [--tasks N] [--connections M] [--callers K] \
+[--seconds S] [--bench-requests Q] [--memory-callers C] [--deny] [--skip-memory] \
+[--skip-overhead] [--skip-throughput] [--ratio-only] [--cluster]";
+
 #[derive(Debug, Clone)]
 struct Args {
     runs: usize,
@@ -139,7 +144,7 @@ fn parse_args() -> Args {
             "--cluster" => a.cluster = true,
             // `cargo bench` passes --bench to every target.
             "--bench" => {}
-            other => panic!("unknown option {other:?}; see the doc comment of redis_load.rs"),
+            other => ratelimit_benches::not_an_option(other, USAGE),
         }
     }
     assert!(a.runs > 0 && a.tasks > 0 && a.connections > 0 && a.callers > 0);

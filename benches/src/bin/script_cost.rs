@@ -270,7 +270,8 @@ async fn main() {
                     .and_then(|v| v.parse().ok())
                     .expect("--rounds N")
             }
-            other => panic!("unknown option {other} (--rounds N)"),
+            "--bench" => {}
+            other => ratelimit_benches::not_an_option(other, "usage: script_cost [--rounds N]"),
         }
     }
     let server = RedisServer::start_local();

@@ -70,6 +70,11 @@ use ratelimit_core::{BreakerState, Limiter, Quota, Rate, Source};
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::RedisServer;
 
+/// The options (see the module docs for what each section measures).
+const USAGE: &str = "usage: under_faults [--runs R] [--only healthy|servers|cluster]... \
+[--tasks N] [--seconds S] [--connections C] [--cluster-tasks N] [--server-bin PATH] \
+[--timeout-ms T]... [--max-batch B] [--stores K] [--pipeline P] [--client redis-rs|fred]...";
+
 #[derive(Debug, Clone)]
 struct Args {
     runs: usize,
@@ -128,7 +133,7 @@ fn parse_args() -> Args {
             "--stores" => a.stores = number(value()) as usize,
             "--timeout-ms" => a.timeouts.push(number(value()) as u64),
             "--bench" => {}
-            other => panic!("unknown option {other:?}; see the doc comment of under_faults.rs"),
+            other => ratelimit_benches::not_an_option(other, USAGE),
         }
     }
     if a.sections.is_empty() {
