@@ -161,6 +161,18 @@ impl Cursor {
     }
 }
 
+/// What a load program does with an argument it does not take: `--help`
+/// (or `-h`) prints `usage` and exits 0; anything else prints it with the
+/// argument to stderr and exits 2 (no panic, no backtrace).
+pub fn not_an_option(arg: &str, usage: &str) -> ! {
+    if arg == "--help" || arg == "-h" {
+        println!("{usage}");
+        std::process::exit(0);
+    }
+    eprintln!("unknown option {arg:?}\n{usage}");
+    std::process::exit(2);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,16 +210,4 @@ mod tests {
         let v: Vec<usize> = (0..3).map(|_| c.next_index()).collect();
         assert_eq!(v, [1, 2, 3]);
     }
-}
-
-/// What a load program does with an argument it does not take: `--help`
-/// (or `-h`) prints `usage` and exits 0; anything else prints it with the
-/// argument to stderr and exits 2 (no panic, no backtrace).
-pub fn not_an_option(arg: &str, usage: &str) -> ! {
-    if arg == "--help" || arg == "-h" {
-        println!("{usage}");
-        std::process::exit(0);
-    }
-    eprintln!("unknown option {arg:?}\n{usage}");
-    std::process::exit(2);
 }
