@@ -543,9 +543,7 @@ async fn send_once(
             }
             for ((request, reply), outcome) in answered.into_iter().zip(outcomes) {
                 let _ = reply.send(match outcome {
-                    decode::Outcome::Decided(d) => request
-                        .expand(d)
-                        .and_then(|four| decode::for_limits(&four, &request.limits)),
+                    decode::Outcome::Decided(d) => request.decisions(d),
                     decode::Outcome::Expired => Err(StoreError::Expired),
                 });
             }

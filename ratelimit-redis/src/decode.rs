@@ -186,7 +186,7 @@ pub fn for_limits(reply: &[i64], limits: &[Limit]) -> Result<Decisions, StoreErr
 pub enum Outcome<'a> {
     /// Decided: per quota, its 4 integers, or one (an admitting token
     /// bucket of an admitted request, see [`batch`]); for
-    /// [`crate::scripts::Request::expand`].
+    /// [`crate::scripts::Request::decisions`].
     Decided(&'a [i64]),
     /// Past its deadline: nothing written.
     Expired,
@@ -211,7 +211,7 @@ fn width(first: i64) -> Option<usize> {
 /// Each request's outcome is `-1` alone (expired) or, per quota, its 4
 /// integers (allowed first: 0 or 1) or, for a token bucket that admits a
 /// request that is admitted, one: `-2 - d`, where `d` is the units the
-/// bucket is short of full ([`crate::scripts::Request::expand`] makes the
+/// bucket is short of full ([`crate::scripts::Request::decisions`] decodes the
 /// four of it; most batched decisions are admissions, and a fourth of the
 /// integers costs the server and the client less).
 ///
@@ -270,56 +270,45 @@ pub fn batch<'a>(
     Ok((out, server_now))
 }
 
-/// The four integers of each quota of one request's batch answer, in
-/// order: a quota's four as they came, or the four of a token bucket's
-/// one integer (`-2 - d`, see [`batch`]) from `buckets[i]`, its bucket's
-/// `(refill, full)` in units (`None` for a window, which never answers
-/// with one).
+/// Takes one quota's answer off the front of `rest` (a request's answer in
+/// a batch reply, see [`batch`]) as the four integers [`decision`] takes:
+/// the four as they came, or the four of a token bucket's one integer
+/// (`-2 - d`) from `bucket`, its `(refill, full)` in units (`None` for a
+/// window, which never answers with one).
 ///
 /// An answer of another shape is a non-transient error.
 ///
 /// ```
-/// use ratelimit_redis::decode::expand;
+/// use ratelimit_redis::decode::take_four;
 /// // A window's four, then a bucket of 10,000 units refilling 2 a µs,
 /// // admitted 3,000 units short of full.
-/// let four = expand(&[1, 9, 5, -1, -3_002], &[None, Some((2, 10_000))]).unwrap();
-/// assert_eq!(&four[..], &[1, 9, 5, -1, 1, 7_000, 1_500, -1]);
-/// assert!(expand(&[-3_002], &[None]).is_err());
+/// let mut rest = &[1, 9, 5, -1, -3_002][..];
+/// assert_eq!(take_four(&mut rest, None).unwrap(), [1, 9, 5, -1]);
+/// assert_eq!(take_four(&mut rest, Some((2, 10_000))).unwrap(), [1, 7_000, 1_500, -1]);
+/// assert!(rest.is_empty());
+/// assert!(take_four(&mut &[-3_002][..], None).is_err());
 /// ```
-pub fn expand(
-    answer: &[i64],
-    buckets: &[Option<(u64, u64)>],
-) -> Result<smallvec::SmallVec<[i64; 4]>, StoreError> {
-    let bad = || {
+pub fn take_four(rest: &mut &[i64], bucket: Option<(u64, u64)>) -> Result<[i64; 4], StoreError> {
+    let bad = |rest: &[i64]| {
         StoreError::message(
-            format!(
-                "unexpected rate-limit batch answer {answer:?} for {} quotas",
-                buckets.len()
-            ),
+            format!("unexpected rate-limit batch answer {rest:?}"),
             false,
         )
     };
-    let mut out = smallvec::SmallVec::with_capacity(4 * buckets.len());
-    let mut rest = answer;
-    for bucket in buckets {
-        let first = *rest.first().ok_or_else(bad)?;
-        match (width(first), bucket) {
-            (Some(1), Some((refill, full))) => {
-                let short = -2i64 - first;
-                out.extend_from_slice(&token_bucket(short, *refill, *full)?);
-                rest = &rest[1..];
-            }
-            (Some(4), _) if rest.len() >= 4 => {
-                out.extend_from_slice(&rest[..4]);
-                rest = &rest[4..];
-            }
-            _ => return Err(bad()),
+    let first = *rest.first().ok_or_else(|| bad(rest))?;
+    match (width(first), bucket) {
+        (Some(1), Some((refill, full))) => {
+            let four = token_bucket(-2 - first, refill, full)?;
+            *rest = &rest[1..];
+            Ok(four)
         }
+        (Some(4), _) => {
+            let (&four, after) = rest.split_first_chunk::<4>().ok_or_else(|| bad(rest))?;
+            *rest = after;
+            Ok(four)
+        }
+        _ => Err(bad(rest)),
     }
-    if !rest.is_empty() {
-        return Err(bad());
-    }
-    Ok(out)
 }
 
 /// A script's reply, split (see [`crate::scripts`]).

@@ -481,7 +481,7 @@ impl Engine {
             let (outcomes, server_now) = decode::batch(&raw, &[req.quotas()])?;
             clocks.observe(index, server_now, received);
             match outcomes.first() {
-                Some(decode::Outcome::Decided(d)) => req.expand(d).map(|four| four.to_vec()),
+                Some(decode::Outcome::Decided(d)) => req.expand(d),
                 _ => Err(self.expired()),
             }
         }

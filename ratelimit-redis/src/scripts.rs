@@ -79,7 +79,7 @@
 //! client to compute the four, and most batched decisions are
 //! admissions), or `-1` alone (expired: nothing written); then the
 //! server's `TIME`. Decoded by [`crate::decode::batch`] and
-//! [`Request::expand`]. Each request is
+//! [`Request::decisions`]. Each request is
 //! decided exactly as it would be alone, in order: it sees the writes of
 //! the ones before it. A denied request writes nothing; a quota that
 //! admits a denied request reports its `remaining` without it.
@@ -113,7 +113,8 @@ use smallvec::SmallVec;
 use ratelimit_core::model::Charge;
 use ratelimit_core::{Algorithm, Micros, Quota, StoreError};
 
-use crate::decode::Limit;
+use crate::decode::{self, Limit};
+use ratelimit_core::store::Decisions;
 
 /// How long keys are kept, at least, when the store uses an injected clock.
 ///
@@ -650,16 +651,54 @@ impl Request {
         }
     }
 
-    /// The four decision integers per quota of this request's answer in a
-    /// batch reply, where an admitting token bucket answers with one (see
-    /// [`crate::decode::expand`]).
-    pub fn expand(&self, answer: &[i64]) -> Result<SmallVec<[i64; 4]>, StoreError> {
-        let buckets: SmallVec<[Option<(u64, u64)>; 1]> = self
-            .quota_args
+    /// Each quota's `(refill, full)` if it is a token bucket: what turns
+    /// its one-integer batch answer into the four ([`decode::take_four`]).
+    fn buckets(&self) -> impl Iterator<Item = Option<(u64, u64)>> + '_ {
+        self.quota_args
             .iter()
             .map(|q| (q.kind == TOKEN_BUCKET_KIND).then_some((q.y, q.z)))
-            .collect();
-        crate::decode::expand(answer, &buckets)
+    }
+
+    /// This request's decisions from its answer in a batch reply
+    /// ([`decode::Outcome::Decided`]), each quota's answer decoded where it
+    /// stands (no copy of the answer, nothing allocated for one quota).
+    pub fn decisions(&self, answer: &[i64]) -> Result<Decisions, StoreError> {
+        let mut rest = answer;
+        let decisions = self
+            .buckets()
+            .zip(&self.limits)
+            .map(|(bucket, &limit)| decode::decision(&decode::take_four(&mut rest, bucket)?, limit))
+            .collect::<Result<Decisions, StoreError>>()?;
+        if rest.is_empty() {
+            Ok(decisions)
+        } else {
+            Err(StoreError::message(
+                format!(
+                    "unexpected rate-limit batch answer {answer:?} for {} quotas",
+                    self.limits.len()
+                ),
+                false,
+            ))
+        }
+    }
+
+    /// The four decision integers per quota of this request's answer in a
+    /// batch reply, as a single-quota script answers them (for callers that
+    /// decode later; [`Request::decisions`] decodes at once).
+    pub fn expand(&self, answer: &[i64]) -> Result<Vec<i64>, StoreError> {
+        let mut rest = answer;
+        let mut out = Vec::with_capacity(4 * self.quota_args.len());
+        for bucket in self.buckets() {
+            out.extend_from_slice(&decode::take_four(&mut rest, bucket)?);
+        }
+        if rest.is_empty() {
+            Ok(out)
+        } else {
+            Err(StoreError::message(
+                format!("unexpected rate-limit batch answer {answer:?}"),
+                false,
+            ))
+        }
     }
 }
 

@@ -144,10 +144,7 @@ fn each_request_writes_its_own_state() {
         .iter()
         .zip([&b, &a, &c])
         .map(|(o, r)| match o {
-            Outcome::Decided(d) => {
-                let four = r.expand(d).expect("expanded");
-                decode::for_limits(&four, &[decode::Limit::of(&q)]).expect("decoded")[0].remaining
-            }
+            Outcome::Decided(d) => r.decisions(d).expect("decoded")[0].remaining,
             Outcome::Expired => panic!("nothing expires here"),
         })
         .collect();

@@ -283,6 +283,13 @@ fn a_batched_token_buckets_one_integer_expands_to_its_four() {
                 four[..4],
                 "step {step}, quota {q:?}, cost {cost}, now {now}, answer {answer:?}"
             );
+            // The store's path decodes the answer where it stands.
+            let limit = ratelimit_redis::decode::Limit::of(q);
+            assert_eq!(
+                batched.decisions(answer).expect("decoded")[0],
+                ratelimit_redis::decode::decision(&four[..4], limit).expect("decoded"),
+                "step {step}, answer {answer:?}"
+            );
         }
     }
     assert!(
