@@ -952,8 +952,10 @@ mod tests {
             assert!(BATCH.lua().contains(part(algorithm)), "batch: {algorithm}");
         }
         assert!(BATCH.lua().contains(part("sliding_log_write.lua")));
-        // The string write is the batch script's own one-line PSETEX.
+        // The string write is the batch script's own one-line PSETEX, in
+        // its two passes and on the path of a lone string quota.
         assert!(BATCH.lua().contains("call('PSETEX', key, mss[i], wv)"));
+        assert!(BATCH.lua().contains("call('PSETEX', key, last_mss, wv)"));
         // No script carries a second copy of an algorithm.
         for (name, text) in PARTS {
             assert_eq!(

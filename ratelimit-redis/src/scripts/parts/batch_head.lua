@@ -88,7 +88,7 @@ local r1, r2, r3, r4, wvs, mss, adj, xs, kinds = {}, {}, {}, {}, {}, {}, {}, {},
 -- quota admitted at one instant from a full bucket, or in one window,
 -- write the same expiry (and a bucket the same state); formatted once.
 local tb_t, tb_w, last_ms, last_mss = nil, nil, nil, nil
-local ki, nreq, dls = 0, 0, nil
+local ki, nreq, dls, lone = 0, 0, nil, false
 if compact then
   -- The call's one set (the last parsed), the server's clock.
   nreq = nk / q[1]
