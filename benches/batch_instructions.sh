@@ -25,15 +25,8 @@ if [ -n "$BASELINE" ]; then
     SCRIPTS=("$BASELINE" "$SRC/current.lua" "$BASELINE" "$SRC/current.lua")
 fi
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-DIR=$(mktemp -d)
-valgrind --tool=callgrind --callgrind-out-file="$DIR/cg.out" \
-    redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
-    >"$DIR/server.log" 2>&1 &
-VG=$!
-trap 'kill "$VG" 2>/dev/null; rm -rf "$DIR" "$SRC"' EXIT
-cli() { redis-cli -p "$PORT" "$@"; }
-for _ in $(seq 300); do cli ping >/dev/null 2>&1 && break; sleep 0.2; done
+# redis-server under callgrind: PORT, DIR, VG, cli.
+source benches/lib/callgrind_server.sh
 # 10,000 callers' buckets, kept for a day.
 for i in $(seq 0 9999); do echo "PSETEX rl:{caller-$i}:tb2 86400000 1"; done | cli >/dev/null
 

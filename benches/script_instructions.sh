@@ -24,15 +24,8 @@ cargo run -q --release -p ratelimit-benches --bin script_source -- token_bucket 
 cargo run -q --release -p ratelimit-benches --bin script_source -- token_bucket 1 3600 20 >"$SRC/own_deny.lua"
 N="${1:-5000}"
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-DIR=$(mktemp -d)
-valgrind --tool=callgrind --callgrind-out-file="$DIR/cg.out" \
-    redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
-    >"$DIR/server.log" 2>&1 &
-VG=$!
-trap 'kill "$VG" 2>/dev/null; rm -rf "$DIR" "$SRC"' EXIT
-cli() { redis-cli -p "$PORT" "$@"; }
-for _ in $(seq 300); do cli ping >/dev/null 2>&1 && break; sleep 0.2; done
+# redis-server under callgrind: PORT, DIR, VG, cli.
+source benches/lib/callgrind_server.sh
 
 OURS=$SRC/token_bucket.lua
 NAIVE=benches/lua/naive_token_bucket.lua
