@@ -69,17 +69,42 @@ impl Word for loom::sync::atomic::AtomicU64 {
 /// `tat < 2^54`, so the new state packs too.
 #[inline]
 pub(crate) fn bucket_step<W: Word>(word: &W, b: &Bucket, now: Micros, cost: u64) -> Decision {
+    match bucket_try(word, b, now, cost) {
+        Ok(decision) => decision,
+        Err(read) => denied(read, b, now, cost),
+    }
+}
+
+/// [`bucket_step`], leaving the decision of a denial to the caller: `Err`
+/// with the word read, which the caller turns into its decision with
+/// [`denied`] once it has released the lock it holds on the word's map, so
+/// that the lock is held for a load and the admission test, not for
+/// building a denial's decision (the model is inlined: what only the
+/// denial's decision needs is not computed here).
+#[inline(always)]
+pub(crate) fn bucket_try<W: Word>(
+    word: &W,
+    b: &Bucket,
+    now: Micros,
+    cost: u64,
+) -> Result<Decision, u64> {
     let mut current = word.load(Ordering::Acquire);
     loop {
         let (decision, next, _) = model::token_bucket_step(b, Some(unpack(current)), now, cost);
         if !decision.allowed {
-            return decision;
+            return Err(current);
         }
         match word.compare_exchange_weak(current, pack(next), Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return decision,
+            Ok(_) => return Ok(decision),
             Err(actual) => current = actual,
         }
     }
+}
+
+/// The decision of a denial found by [`bucket_try`] on the word `read`.
+#[inline(always)]
+pub(crate) fn denied(read: u64, b: &Bucket, now: Micros, cost: u64) -> Decision {
+    model::token_bucket_step(b, Some(unpack(read)), now, cost).0
 }
 
 #[cfg(all(test, loom))]

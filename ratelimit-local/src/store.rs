@@ -8,7 +8,7 @@ use ratelimit_core::model::{
 use ratelimit_core::store::{Answer, Capabilities, Decisions, Request};
 use ratelimit_core::{Algorithm, Bucket, Clock, Decision, Micros, Quota, Result, Store};
 
-use crate::cas::bucket_step;
+use crate::cas::{bucket_step, bucket_try, denied};
 use crate::clock::FastClock;
 use crate::shards::{Budget, Key, Mode, ShardedMap, Walk};
 
@@ -534,12 +534,18 @@ impl LocalStore {
 
     /// A token bucket whose state packs into one word: the hot path takes
     /// the shard's read lock and updates the word by compare-and-swap.
-    #[inline]
+    #[inline(always)]
     fn bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Result<Decision> {
-        if let Some(word) = self.buckets.get(k) {
-            return Ok(bucket_step(&*word, b, now, cost));
-        }
-        self.new_bucket(k, b, now, cost)
+        let read = match self.buckets.get(k) {
+            Some(word) => match bucket_try(&*word, b, now, cost) {
+                Ok(decision) => return Ok(decision),
+                Err(read) => read,
+            },
+            None => return self.new_bucket(k, b, now, cost),
+        };
+        // A denial, decided after the shard's lock is released: two
+        // threads denying one hot key hold it for a load and a comparison.
+        Ok(denied(read, b, now, cost))
     }
 
     #[cold]
