@@ -525,9 +525,7 @@ async fn send_once(
         }
     };
     if let [(request, _)] = &answered[..] {
-        let result = engine
-            .decode_alone(request, raw, received)
-            .and_then(|raw| decode::for_limits(&raw, &request.limits));
+        let result = engine.decode_alone(request, raw, received);
         if let Some((_, reply)) = answered.pop() {
             let _ = reply.send(result);
         }

@@ -374,12 +374,10 @@ impl Engine {
             let _guard = lead
                 .then(|| crate::batch::Lead::new(self.clone(), transport.clone(), domain.clone()));
             let in_flight = domain.enter(now);
-            let raw = self
-                .send_alone(
-                    transport, &domain, &mut req, start, deadline, permit, in_flight,
-                )
-                .await?;
-            decode::for_limits(&raw, &req.limits)
+            self.send_alone(
+                transport, &domain, &mut req, start, deadline, permit, in_flight,
+            )
+            .await
         } else {
             drop(permit);
             crate::batch::enqueue(self, transport, &domain, req, start, deadline).await
@@ -393,9 +391,9 @@ impl Engine {
 
     /// Sends one request alone, with its deadline in server time, and
     /// judges the outcome for the node (see the type's docs); learns the
-    /// server's clock from the reply. Returns the decision integers (4 per
-    /// quota), or [`StoreError::Expired`] when the script found the
-    /// deadline passed. `start`: when the request was received.
+    /// server's clock from the reply. Returns the decisions, or
+    /// [`StoreError::Expired`] when the script found the deadline passed.
+    /// `start`: when the request was received.
     #[allow(clippy::too_many_arguments)]
     async fn send_alone(
         &self,
@@ -406,7 +404,7 @@ impl Engine {
         deadline: Instant,
         permit: Permit<'_>,
         in_flight: crate::domains::InFlight,
-    ) -> Result<Vec<i64>, StoreError> {
+    ) -> Result<Decisions, StoreError> {
         let shared = &*self.shared;
         let index = self.clock_index(req.slot());
         let Some(server_deadline) = shared.server_clock.server_deadline(index, deadline) else {
@@ -443,20 +441,20 @@ impl Engine {
         self.decode_alone(req, raw, received)
     }
 
-    /// The decision integers of one request sent alone ([`Call::alone`]),
-    /// or [`StoreError::Expired`]; learns the server's clock from the reply.
+    /// The decisions of one request sent alone ([`Call::alone`]), or
+    /// [`StoreError::Expired`]; learns the server's clock from the reply.
     pub(crate) fn decode_alone(
         &self,
         req: &scripts::Request,
         raw: Vec<i64>,
         received: Instant,
-    ) -> Result<Vec<i64>, StoreError> {
+    ) -> Result<Decisions, StoreError> {
         let index = self.clock_index(req.slot());
         let clocks = &self.shared.server_clock;
         if req.is_single() {
             if let [packed] = raw[..] {
                 // A token bucket's one integer (see `decode::token_bucket`).
-                return req.unpack(packed).map(Vec::from);
+                return decode::for_limits(&req.unpack(packed)?, &req.limits);
             }
             let (decided, server_now) = match decode::split(&raw)? {
                 Reply::Decided {
@@ -469,19 +467,15 @@ impl Engine {
                 clocks.observe(index, t, received);
             }
             match decided {
-                Some(n) => {
-                    // Drop the server's TIME after the decisions, if any.
-                    let mut decisions = raw;
-                    decisions.truncate(n);
-                    Ok(decisions)
-                }
+                // Without the server's TIME after the decisions, if any.
+                Some(n) => decode::for_limits(&raw[..n], &req.limits),
                 None => Err(self.expired()),
             }
         } else {
             let (outcomes, server_now) = decode::batch(&raw, &[req.quotas()])?;
             clocks.observe(index, server_now, received);
             match outcomes.first() {
-                Some(decode::Outcome::Decided(d)) => req.expand(d),
+                Some(decode::Outcome::Decided(d)) => req.decisions(d),
                 _ => Err(self.expired()),
             }
         }

@@ -681,25 +681,6 @@ impl Request {
             ))
         }
     }
-
-    /// The four decision integers per quota of this request's answer in a
-    /// batch reply, as a single-quota script answers them (for callers that
-    /// decode later; [`Request::decisions`] decodes at once).
-    pub fn expand(&self, answer: &[i64]) -> Result<Vec<i64>, StoreError> {
-        let mut rest = answer;
-        let mut out = Vec::with_capacity(4 * self.quota_args.len());
-        for bucket in self.buckets() {
-            out.extend_from_slice(&decode::take_four(&mut rest, bucket)?);
-        }
-        if rest.is_empty() {
-            Ok(out)
-        } else {
-            Err(StoreError::message(
-                format!("unexpected rate-limit batch answer {answer:?}"),
-                false,
-            ))
-        }
-    }
 }
 
 /// One script call, ready to send: the script, its keys and its arguments.

@@ -278,11 +278,17 @@ fn a_batched_token_buckets_one_integer_expands_to_its_four() {
                 _ => four_of_them += 1,
             }
             let four = run(&server, &asking_time(alone));
+            let ratelimit_core::Algorithm::TokenBucket(b) = q.algorithm() else {
+                unreachable!("buckets only")
+            };
+            let mut rest = &answer[..];
             assert_eq!(
-                batched.expand(answer).expect("expanded")[..],
+                ratelimit_redis::decode::take_four(&mut rest, Some((b.refill(), b.full())))
+                    .expect("expanded")[..],
                 four[..4],
                 "step {step}, quota {q:?}, cost {cost}, now {now}, answer {answer:?}"
             );
+            assert!(rest.is_empty(), "step {step}, answer {answer:?}");
             // The store's path decodes the answer where it stands.
             let limit = ratelimit_redis::decode::Limit::of(q);
             assert_eq!(
