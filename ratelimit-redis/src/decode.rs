@@ -289,12 +289,7 @@ pub fn batch<'a>(
 /// assert!(take_four(&mut &[-3_002][..], None).is_err());
 /// ```
 pub fn take_four(rest: &mut &[i64], bucket: Option<(u64, u64)>) -> Result<[i64; 4], StoreError> {
-    let bad = |rest: &[i64]| {
-        StoreError::message(
-            format!("unexpected rate-limit batch answer {rest:?}"),
-            false,
-        )
-    };
+    let bad = |rest: &[i64]| bad_batch_answer(rest);
     let first = *rest.first().ok_or_else(|| bad(rest))?;
     match (width(first), bucket) {
         (Some(1), Some((refill, full))) => {
@@ -309,6 +304,15 @@ pub fn take_four(rest: &mut &[i64], bucket: Option<(u64, u64)>) -> Result<[i64; 
         }
         _ => Err(bad(rest)),
     }
+}
+
+/// The error for a batch answer of another shape than [`batch`] describes:
+/// not transient (the script and the client disagree).
+pub(crate) fn bad_batch_answer(answer: &[i64]) -> StoreError {
+    StoreError::message(
+        format!("unexpected rate-limit batch answer {answer:?}"),
+        false,
+    )
 }
 
 /// A script's reply, split (see [`crate::scripts`]).

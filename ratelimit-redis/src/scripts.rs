@@ -672,13 +672,7 @@ impl Request {
         if rest.is_empty() {
             Ok(decisions)
         } else {
-            Err(StoreError::message(
-                format!(
-                    "unexpected rate-limit batch answer {answer:?} for {} quotas",
-                    self.limits.len()
-                ),
-                false,
-            ))
+            Err(decode::bad_batch_answer(answer))
         }
     }
 }
