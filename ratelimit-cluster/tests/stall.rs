@@ -79,3 +79,40 @@ async fn a_built_store_knows_every_slots_clock_before_its_first_call() {
     let (min, max) = (offsets.iter().min().unwrap(), offsets.iter().max().unwrap());
     assert!(max - min < 1_000_000, "offsets spread {min}..{max} µs");
 }
+
+/// Every slot's clock offset made stale, as after the masters' clocks
+/// stepped forward by two minutes: the first call on a slot is refused by
+/// the server as expired (its deadline, in server time, was already past
+/// there) while its caller still waits, so the store sends it once more by
+/// the offset the refusal taught, and counts it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_refused_by_a_stale_clock_offset_is_sent_again_and_counted_once() {
+    use ratelimit_core::{Quota, Rate, StoreExt};
+    const STEP: i64 = 120_000_000;
+    let cluster = RedisCluster::shared();
+    let store = common::store(
+        Lib::RedisRs,
+        &cluster,
+        &ratelimit_testkit::redis_server::fresh_prefix(),
+        Duration::from_millis(500),
+        Duration::from_secs(2),
+    )
+    .await;
+    let clock = store.engine().server_clock();
+    let now = std::time::Instant::now();
+    let local = i64::try_from(now.duration_since(clock.base()).as_micros()).unwrap();
+    for slot in 0..ratelimit_redis::keys::SLOTS {
+        let offset = clock.offset(slot).expect("learnt at build");
+        clock.observe(slot, local + offset - STEP, now);
+    }
+    let q = Quota::fixed_window(Rate::per_hour(2)).unwrap();
+    for caller in ["a", "b", "c"] {
+        let d = store
+            .decide_one(caller.as_bytes(), &q, 1)
+            .await
+            .unwrap_or_else(|e| panic!("caller {caller}: {e}"));
+        assert_eq!((d.allowed, d.remaining), (true, 1), "caller {caller}");
+        let again = store.decide_one(caller.as_bytes(), &q, 1).await.unwrap();
+        assert_eq!((again.allowed, again.remaining), (true, 0), "counted once");
+    }
+}

@@ -25,7 +25,11 @@
 //! clocks drift by well under 1 ms per second) and the server's clock
 //! stepping backwards by up to that much. A server clock stepped back by
 //! more lets calls that arrive up to the step late still count, until the
-//! next reply corrects the offset. Until a store has seen a reply there is
+//! next reply corrects the offset. A server clock stepped forward makes
+//! the deadline sent already past there: the server refuses the call as
+//! expired (writing nothing) with its `TIME`, the offset is learnt again,
+//! and [`crate::engine::Engine::decide`] sends that request once more if
+//! its caller still waits. Until a store has seen a reply there is
 //! no offset: `RedisStoreBuilder::build` reads the server's `TIME` once, so
 //! a built store's first decision carries a deadline; a store made from a
 //! client you hold (`from_connection_manager`, `from_fred`) learns it from

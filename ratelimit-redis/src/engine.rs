@@ -320,6 +320,15 @@ impl Engine {
     /// one for several quotas) when its node has no call in flight, else in
     /// the node's next batch (group commit, described in the crate docs); bounded
     /// by the request's deadline and the engine's timeout.
+    ///
+    /// A request the server refused as expired (it wrote nothing) while its
+    /// caller still waits, by this process's clock, more than
+    /// [`crate::deadline::SKEW_ALLOWANCE`] after the reply, is sent once
+    /// more: the deadline it carried was earlier than the caller's, so the
+    /// offset it was translated by was stale (the server's clock stepped
+    /// forward, or the reply that taught the offset had waited long). The
+    /// refusal carried the server's `TIME`, from which the offset was
+    /// learnt again.
     pub async fn decide(
         &self,
         transport: &Arc<dyn Transport>,
@@ -335,6 +344,29 @@ impl Engine {
             .deadline
             .instant_from(start)
             .map_or(own, |d| d.min(own));
+        match self.attempt(transport, request, start, deadline).await {
+            Err(StoreError::Expired)
+                if Instant::now() + crate::deadline::SKEW_ALLOWANCE < deadline =>
+            {
+                tracing::debug!(
+                    "the server refused a rate-limit call as expired while its caller still                      waits: its clock offset was stale; sent once more"
+                );
+                self.attempt(transport, request, Instant::now(), deadline)
+                    .await
+            }
+            result => result,
+        }
+    }
+
+    /// One sending of `request` (received, or sent again, at `start`;
+    /// answered by `deadline`): see [`Engine::decide`].
+    async fn attempt(
+        &self,
+        transport: &Arc<dyn Transport>,
+        request: Request<'_>,
+        start: Instant,
+        deadline: Instant,
+    ) -> Result<Decisions, StoreError> {
         let now_at = self.now()?;
         let mut req = if transport.any_slot() {
             scripts::Request::on_one_node(&self.prefix, request.key, request.charges, now_at)
