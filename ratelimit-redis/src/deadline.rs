@@ -16,16 +16,23 @@
 //! script ran somewhere between the request being sent and the reply being
 //! received (local monotonic instant `r`), so `S - r` is a **lower bound**
 //! of the offset between the two clocks. The deadline sent is the local
-//! deadline plus the latest such bound, minus [`SKEW_ALLOWANCE`]: never
-//! later than the true one, earlier by the reply's travel time from the
-//! server plus the allowance. The local side is a monotonic clock, so a
+//! deadline plus the highest such bound learnt within [`REFRESH`] (the
+//! first reply after that replaces it), minus [`SKEW_ALLOWANCE`]: never
+//! later than the true one, earlier by the travel time of the reply the
+//! bound came from plus the allowance. Under load a reply waits
+//! milliseconds to be read, so the latest bound alone would send
+//! deadlines that much early, and the server would refuse calls whose
+//! callers still wait (with 4,096 callers and a 20 ms timeout, keeping the
+//! highest bound took the share of decisions made by the store from a
+//! median of 46 % to 55 % with redis-rs and from 41 % to 46 % with fred,
+//! BENCHMARKS.md). The local side is a monotonic clock, so a
 //! step of the application host's wall clock changes nothing.
 //!
 //! What the allowance covers: drift between two replies (NTP-disciplined
 //! clocks drift by well under 1 ms per second) and the server's clock
 //! stepping backwards by up to that much. A server clock stepped back by
 //! more lets calls that arrive up to the step late still count, until the
-//! next reply corrects the offset. A server clock stepped forward makes
+//! first reply after [`REFRESH`] corrects the offset (about a second). A server clock stepped forward makes
 //! the deadline sent already past there: the server refuses the call as
 //! expired (writing nothing) with its `TIME`, the offset is learnt again,
 //! and [`crate::engine::Engine::decide`] sends that request once more if
@@ -161,13 +168,36 @@ impl ServerClock {
 
     /// Learns from a reply: server clock `index` read `server_now` µs, and
     /// the reply was received at `received`.
+    ///
+    /// Each reply gives a lower bound of the offset, low by the time the
+    /// reply took to be read (under load, while thousands of callers'
+    /// tasks wait their turn, milliseconds: a deadline sent that much
+    /// early is refused by the server while its caller still waits). So
+    /// the highest bound learnt within [`REFRESH`] is kept; the first reply
+    /// after that replaces it (so a server clock stepped back is followed
+    /// within [`REFRESH`]), and a higher one (stepped forward) at once.
     pub fn observe(&self, index: usize, server_now: i64, received: Instant) {
         if server_now <= 0 {
             return;
         }
         let local = self.local_micros(received);
         let offset = server_now.saturating_sub(local);
-        self.slot(index).store(offset, Ordering::Relaxed);
+        let slot = self.slot(index);
+        let seen = &self.observed[index % self.observed.len()];
+        let refresh = i64::try_from(REFRESH.as_micros()).unwrap_or(i64::MAX);
+        if offset > slot.load(Ordering::Relaxed) || local - seen.load(Ordering::Relaxed) >= refresh
+        {
+            slot.store(offset, Ordering::Relaxed);
+            seen.store(local, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets server clock `index`'s offset from one reading, whatever was
+    /// learnt before (as [`ServerClock::observe`] after [`REFRESH`]).
+    pub fn replace(&self, index: usize, server_now: i64, received: Instant) {
+        let local = self.local_micros(received);
+        self.slot(index)
+            .store(server_now.saturating_sub(local), Ordering::Relaxed);
         self.observed[index % self.observed.len()].store(local, Ordering::Relaxed);
     }
 
@@ -204,12 +234,30 @@ mod tests {
         assert_eq!(sent, server + 20_000 - 1_000);
         // Observed over a second ago: TIME is asked for (negated).
         let old = Instant::now();
-        c.observe(0, server, old);
+        c.replace(0, server, old);
         c.observed[0].store(c.local_micros(old) - 2_000_000, Ordering::Relaxed);
         let sent = c
             .server_deadline(0, old + Duration::from_millis(20))
             .unwrap();
         assert_eq!(sent, -1 - (server + 20_000 - 1_000));
+    }
+
+    #[test]
+    fn the_highest_bound_within_a_refresh_is_kept_then_replaced() {
+        let c = ServerClock::new(1);
+        let at = c.base() + Duration::from_secs(10);
+        c.observe(0, 5_000_000, at);
+        let first = c.offset(0).unwrap();
+        // A reply read 3 ms late: a lower bound, not kept.
+        c.observe(0, 5_000_000, at + Duration::from_millis(3));
+        assert_eq!(c.offset(0), Some(first));
+        // A tighter one (read sooner after the server's TIME): kept.
+        c.observe(0, 5_002_000, at + Duration::from_millis(1));
+        assert_eq!(c.offset(0), Some(first + 1_000));
+        // Over a second later, a lower one replaces it (a clock stepped
+        // back is followed).
+        c.observe(0, 6_000_000, at + Duration::from_millis(1_002));
+        assert_eq!(c.offset(0), Some(first - 2_000));
     }
 
     #[test]

@@ -26,6 +26,15 @@ use crate::error;
 use crate::keys;
 use crate::scripts::{self, Call};
 
+/// Whether a refusal as expired received at `now`, for a request received
+/// at `start` whose caller waits until `deadline`, came back while more than
+/// half of that wait (and more than the skew allowance) was still ahead:
+/// the mark of a stale server-clock offset (see [`Engine::decide`]).
+fn refused_early(start: Instant, deadline: Instant, now: Instant) -> bool {
+    let left = deadline.saturating_duration_since(now);
+    left > crate::deadline::SKEW_ALLOWANCE && left > deadline.saturating_duration_since(start) / 2
+}
+
 /// The default bound on script calls waiting on one node at once: 100,000.
 /// A memory safeguard far above real concurrency (each waiting call holds
 /// its request and a slot in the client's queue), not a stall detector:
@@ -321,14 +330,15 @@ impl Engine {
     /// the node's next batch (group commit, described in the crate docs); bounded
     /// by the request's deadline and the engine's timeout.
     ///
-    /// A request the server refused as expired (it wrote nothing) while its
-    /// caller still waits, by this process's clock, more than
-    /// [`crate::deadline::SKEW_ALLOWANCE`] after the reply, is sent once
-    /// more: the deadline it carried was earlier than the caller's, so the
+    /// A request the server refused as expired (it wrote nothing) while
+    /// more than half of its caller's wait is still ahead (and more than
+    /// [`crate::deadline::SKEW_ALLOWANCE`]) is sent once more: the deadline
+    /// it carried, in server time, was well before the caller's, so the
     /// offset it was translated by was stale (the server's clock stepped
-    /// forward, or the reply that taught the offset had waited long). The
-    /// refusal carried the server's `TIME`, from which the offset was
-    /// learnt again.
+    /// forward). The refusal carried the server's `TIME`, from which the
+    /// offset was learnt again. A request the server reached late because
+    /// it was busy is refused near the end of its wait and is not sent
+    /// again: a busy server would only be sent more.
     pub async fn decide(
         &self,
         transport: &Arc<dyn Transport>,
@@ -345,9 +355,7 @@ impl Engine {
             .instant_from(start)
             .map_or(own, |d| d.min(own));
         match self.attempt(transport, request, start, deadline).await {
-            Err(StoreError::Expired)
-                if Instant::now() + crate::deadline::SKEW_ALLOWANCE < deadline =>
-            {
+            Err(StoreError::Expired) if refused_early(start, deadline, Instant::now()) => {
                 tracing::debug!(
                     "the server refused a rate-limit call as expired while its caller still                      waits: its clock offset was stale; sent once more"
                 );
@@ -662,4 +670,40 @@ pub(crate) fn opened(domain: &Domain, why: &str) {
         "rate-limit node failing: its breaker opened; its callers are decided by the limiter's \
          degraded mode until a probe is answered"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_refusal_early_in_the_wait_is_sent_again() {
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(20);
+        // A stale offset: refused at once.
+        assert!(refused_early(
+            start,
+            deadline,
+            start + Duration::from_millis(1)
+        ));
+        // A busy server reached it late: refused near the end of the wait.
+        assert!(!refused_early(
+            start,
+            deadline,
+            start + Duration::from_millis(12)
+        ));
+        assert!(!refused_early(
+            start,
+            deadline,
+            start + Duration::from_millis(19)
+        ));
+        assert!(!refused_early(start, deadline, deadline));
+        // Less than the skew allowance left.
+        let short = start + Duration::from_micros(1_500);
+        assert!(!refused_early(
+            start,
+            short,
+            start + Duration::from_micros(600)
+        ));
+    }
 }

@@ -28,7 +28,7 @@ fn stale(store: &RedisStore) {
         .expect("the store has learnt the server's clock");
     let now = Instant::now();
     let local = i64::try_from(now.duration_since(clock.base()).as_micros()).unwrap();
-    clock.observe(0, local + offset - STEP, now);
+    clock.replace(0, local + offset - STEP, now);
     assert_eq!(clock.offset(0), Some(offset - STEP));
 }
 

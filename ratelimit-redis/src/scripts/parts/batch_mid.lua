@@ -12,6 +12,9 @@
       -- answered here, as the two passes below would, without their
       -- per-quota tables.
       lone = true
+      -- The expiry test of the second pass below (`admitted and late ...`;
+      -- one quota: admitted is `ok == 1 or shadow ~= '0'`), made here
+      -- because this request is answered in this pass.
       if (ok == 1 or shadow ~= '0') and late and rdl > '0' and st > rdl + 0 then
         -- Past its deadline: expired, nothing written.
         o = o + 1
