@@ -189,6 +189,17 @@ fn main() {
                 std::mem::size_of::<Answer<'static>>(),
                 std::mem::size_of::<ratelimit_core::Check<'static>>(),
             );
+            use ratelimit_core::Decision;
+            println!(
+                "Decision fields at: allowed {} limit {} remaining {} reset_after {} \
+                 retry_after {} source {}",
+                std::mem::offset_of!(Decision, allowed),
+                std::mem::offset_of!(Decision, limit),
+                std::mem::offset_of!(Decision, remaining),
+                std::mem::offset_of!(Decision, reset_after),
+                std::mem::offset_of!(Decision, retry_after),
+                std::mem::offset_of!(Decision, source),
+            );
             0
         }
         other => panic!(

@@ -200,15 +200,6 @@ impl<'a> Answer<'a> {
         }
     }
 
-    /// The decision of an answer made by [`Answer::decided`].
-    #[inline]
-    pub(crate) fn into_decided(self) -> Option<Decision> {
-        match self.0 {
-            Inner::One(d) => Some(d),
-            _ => None,
-        }
-    }
-
     /// An answer that is ready now.
     #[inline]
     pub fn ready(result: Result<Decisions>) -> Self {
