@@ -24,7 +24,7 @@
 //! deadlines that much early, and the server would refuse calls whose
 //! callers still wait (with 4,096 callers and a 20 ms timeout, keeping the
 //! highest bound took the share of decisions made by the store from a
-//! median of 46 % to 55 % with redis-rs and from 41 % to 46 % with fred,
+//! median of 46 % to 52 % with redis-rs and from 41 % to 46 % with fred,
 //! BENCHMARKS.md). The local side is a monotonic clock, so a
 //! step of the application host's wall clock changes nothing.
 //!

@@ -78,12 +78,15 @@ impl<'a> Check<'a> {
 }
 
 /// A ready decision as a check keeps it: the same fields, laid out apart
-/// from [`Decision`]'s order and copied one by one. A check takes its
-/// decision from the store's answer right after the store wrote it, field
-/// by field; copying the decision whole there reads it in wide blocks that
-/// each span several of those fresh writes, which processors cannot
-/// forward from the store buffer (on an AMD EPYC it cost a plain check
-/// more than its own work).
+/// from [`Decision`]'s order (no two fields next to each other in both,
+/// so the compiler cannot merge their copies into one wide load) and
+/// copied one by one. A check takes its decision from the store's answer
+/// right after the store wrote it, field by field; copying the decision
+/// whole there reads it in wide blocks that each span several of those
+/// fresh writes, which processors cannot forward from the store buffer
+/// (on an AMD EPYC host those three loads took about 45 % of a plain
+/// check's own time; BENCHMARKS.md, "2026-12-03, AMD EPYC: the check's
+/// copy of its decision").
 #[derive(Clone, Copy)]
 #[repr(C)]
 struct Kept {
