@@ -357,7 +357,8 @@ impl Engine {
         match self.attempt(transport, request, start, deadline).await {
             Err(StoreError::Expired) if refused_early(start, deadline, Instant::now()) => {
                 tracing::debug!(
-                    "the server refused a rate-limit call as expired while its caller still                      waits: its clock offset was stale; sent once more"
+                    "the server refused a rate-limit call as expired while its caller still waits: \
+                     its clock offset was stale; sent once more"
                 );
                 self.attempt(transport, request, Instant::now(), deadline)
                     .await
