@@ -129,8 +129,8 @@ impl ServerClock {
 
     /// `ARGV[1]` of a single-quota script for a call to server clock
     /// `index` whose caller waits until `deadline` (see
-    /// [`crate::scripts`]): the deadline in the
-    /// server's µs (the local one translated by the latest offset, less
+    /// [`crate::scripts`]): the deadline in the server's µs (the local one
+    /// translated by the offset kept, see [`ServerClock::observe`], less
     /// [`SKEW_ALLOWANCE`]), negated as `-(deadline + 1)` when the offset is
     /// due for a refresh ([`REFRESH`]) so the reply carries `TIME`;
     /// [`NO_DEADLINE_YET`] before the first reply. `None` when `deadline`
