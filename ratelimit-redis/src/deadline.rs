@@ -32,11 +32,12 @@
 //! clocks drift by well under 1 ms per second) and the server's clock
 //! stepping backwards by up to that much. A server clock stepped back by
 //! more lets calls that arrive up to the step late still count, until the
-//! first reply after [`REFRESH`] corrects the offset (about a second). A server clock stepped forward makes
-//! the deadline sent already past there: the server refuses the call as
-//! expired (writing nothing) with its `TIME`, the offset is learnt again,
-//! and [`crate::engine::Engine::decide`] sends that request once more if
-//! its caller still waits. Until a store has seen a reply there is
+//! first reply after [`REFRESH`] corrects the offset (about a second). A
+//! server clock stepped forward makes the deadline sent already past
+//! there: the server refuses the call as expired (writing nothing) with
+//! its `TIME`, the offset is learnt again, and
+//! [`crate::engine::Engine::decide`] sends that request once more if its
+//! caller still waits. Until a store has seen a reply there is
 //! no offset: `RedisStoreBuilder::build` reads the server's `TIME` once, so
 //! a built store's first decision carries a deadline; a store made from a
 //! client you hold (`from_connection_manager`, `from_fred`) learns it from
@@ -158,7 +159,7 @@ impl ServerClock {
         // allowance is not one this arithmetic serves: send no deadline.
         let at = at.max(0);
         let refresh = i64::try_from(REFRESH.as_micros()).unwrap_or(i64::MAX);
-        let seen = self.observed[index % self.observed.len()].load(Ordering::Relaxed);
+        let seen = self.seen(index).load(Ordering::Relaxed);
         Some(if self.local_micros(now) - seen >= refresh {
             -1 - at
         } else {
@@ -182,23 +183,32 @@ impl ServerClock {
         }
         let local = self.local_micros(received);
         let offset = server_now.saturating_sub(local);
-        let slot = self.slot(index);
-        let seen = &self.observed[index % self.observed.len()];
         let refresh = i64::try_from(REFRESH.as_micros()).unwrap_or(i64::MAX);
-        if offset > slot.load(Ordering::Relaxed) || local - seen.load(Ordering::Relaxed) >= refresh
+        if offset > self.slot(index).load(Ordering::Relaxed)
+            || local - self.seen(index).load(Ordering::Relaxed) >= refresh
         {
-            slot.store(offset, Ordering::Relaxed);
-            seen.store(local, Ordering::Relaxed);
+            self.keep(index, offset, local);
         }
     }
 
-    /// Sets server clock `index`'s offset from one reading, whatever was
-    /// learnt before (as [`ServerClock::observe`] after [`REFRESH`]).
-    pub fn replace(&self, index: usize, server_now: i64, received: Instant) {
-        let local = self.local_micros(received);
-        self.slot(index)
-            .store(server_now.saturating_sub(local), Ordering::Relaxed);
-        self.observed[index % self.observed.len()].store(local, Ordering::Relaxed);
+    /// Sets server clock `index`'s offset (server µs minus this store's
+    /// monotonic µs, as [`ServerClock::offset`] reads it), whatever was
+    /// learnt before, as learnt now: for an application that knows its
+    /// server's clock was stepped, and for tests.
+    pub fn set_offset(&self, index: usize, offset: i64) {
+        self.keep(index, offset, self.local_micros(Instant::now()));
+    }
+
+    /// Keeps `offset` for server clock `index`, learnt at `local` µs.
+    fn keep(&self, index: usize, offset: i64, local: i64) {
+        self.slot(index).store(offset, Ordering::Relaxed);
+        self.seen(index).store(local, Ordering::Relaxed);
+    }
+
+    /// When server clock `index`'s offset was last kept, in µs since
+    /// `base`.
+    fn seen(&self, index: usize) -> &AtomicI64 {
+        &self.observed[index % self.observed.len()]
     }
 
     /// The latest offset learnt for server clock `index` (server µs minus
@@ -234,7 +244,7 @@ mod tests {
         assert_eq!(sent, server + 20_000 - 1_000);
         // Observed over a second ago: TIME is asked for (negated).
         let old = Instant::now();
-        c.replace(0, server, old);
+        c.set_offset(0, server - c.local_micros(old));
         c.observed[0].store(c.local_micros(old) - 2_000_000, Ordering::Relaxed);
         let sent = c
             .server_deadline(0, old + Duration::from_millis(20))

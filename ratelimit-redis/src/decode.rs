@@ -289,8 +289,7 @@ pub fn batch<'a>(
 /// assert!(take_four(&mut &[-3_002][..], None).is_err());
 /// ```
 pub fn take_four(rest: &mut &[i64], bucket: Option<(u64, u64)>) -> Result<[i64; 4], StoreError> {
-    let bad = |rest: &[i64]| bad_batch_answer(rest);
-    let first = *rest.first().ok_or_else(|| bad(rest))?;
+    let first = *rest.first().ok_or_else(|| bad_batch_answer(rest))?;
     match (width(first), bucket) {
         (Some(1), Some((refill, full))) => {
             let four = token_bucket(-2 - first, refill, full)?;
@@ -298,11 +297,13 @@ pub fn take_four(rest: &mut &[i64], bucket: Option<(u64, u64)>) -> Result<[i64; 
             Ok(four)
         }
         (Some(4), _) => {
-            let (&four, after) = rest.split_first_chunk::<4>().ok_or_else(|| bad(rest))?;
+            let (&four, after) = rest
+                .split_first_chunk::<4>()
+                .ok_or_else(|| bad_batch_answer(rest))?;
             *rest = after;
             Ok(four)
         }
-        _ => Err(bad(rest)),
+        _ => Err(bad_batch_answer(rest)),
     }
 }
 

@@ -5,7 +5,6 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-
 use std::time::Duration;
 
 use crate::decision::{Decision, Source};
@@ -45,7 +44,7 @@ impl<'a> Check<'a> {
     }
 
     /// The decision of `answer`, which holds one ([`Answer::decided_mut`]
-    /// returned it), moved once into place.
+    /// returned it), read into a [`Kept`] in place.
     #[inline(always)]
     pub(crate) fn from_answer(mut answer: Option<Answer<'_>>) -> Self {
         // Read in place, field by field (see `Kept`): moving the answer
@@ -347,10 +346,6 @@ mod tests {
 
     #[test]
     fn a_ready_check_hands_over_the_decision_it_was_given_field_for_field() {
-        use std::time::Duration;
-
-        use crate::decision::{Decision, Source};
-
         let durations = [
             Duration::ZERO,
             Duration::from_nanos(1),
