@@ -34,6 +34,9 @@ pub struct Check<'a>(Repr<'a>);
 
 enum Repr<'a> {
     Ready(Option<Kept>),
+    /// A ready decision handed over by [`super::Limiter::check`] (see
+    /// [`Check::handed`]).
+    Handed(Handed),
     Pending(Pin<Box<dyn Future<Output = Decision> + Send + 'a>>),
 }
 
@@ -61,6 +64,24 @@ impl<'a> Check<'a> {
         Self(Repr::Ready(kept))
     }
 
+    /// The check as [`super::Limiter::check`] hands it to its caller: a
+    /// ready decision read field by field into a [`Handed`], whose layout
+    /// shares no neighbouring fields with [`Kept`]'s. The check came back
+    /// from a function that is not inlined, which wrote it field by field;
+    /// the caller's `.await` moves what this returns into its own state,
+    /// which, for the check as it came back, meant copying it in wide
+    /// blocks that each spanned several of those fresh writes (a
+    /// store-forwarding stall). Inlined into the caller, the copy here
+    /// reads each field as it was written and the move into the caller's
+    /// state is made of the same fields.
+    #[inline(always)]
+    pub(crate) fn handed(self) -> Self {
+        match self.0 {
+            Repr::Ready(Some(ref k)) => Self(Repr::Handed(Handed::from(k))),
+            _ => self,
+        }
+    }
+
     pub(crate) fn pending(future: impl Future<Output = Decision> + Send + 'a) -> Self {
         Self(Repr::Pending(Box::pin(future)))
     }
@@ -71,32 +92,33 @@ impl<'a> Check<'a> {
     pub fn into_ready(self) -> Result<Decision, Self> {
         match self.0 {
             Repr::Ready(Some(k)) => Ok(k.decision()),
+            Repr::Handed(h) => Ok(h.decision()),
             repr => Err(Self(repr)),
         }
     }
 }
 
-/// A ready decision as a check keeps it: the same fields, laid out apart
-/// from [`Decision`]'s order (no two fields next to each other in both,
-/// so the compiler cannot merge their copies into one wide load) and
-/// copied one by one. A check takes its decision from the store's answer
-/// right after the store wrote it, field by field; copying the decision
-/// whole there reads it in wide blocks that each span several of those
-/// fresh writes, which processors cannot forward from the store buffer
-/// (on an AMD EPYC host those three loads took about 45 % of a plain
-/// check's own time; BENCHMARKS.md, "2026-12-03, AMD EPYC: the check's
-/// copy of its decision").
+/// A ready decision as a check keeps it: the same fields, laid out so
+/// that no two fields of one type are next to each other (and apart from
+/// [`Decision`]'s order), so that the compiler cannot merge their copies
+/// into wide loads, and copied one by one. A check takes its decision from
+/// the store's answer right after the store wrote it, field by field;
+/// copying the decision whole there reads it in wide blocks that each span
+/// several of those fresh writes, which processors cannot forward from the
+/// store buffer (on an AMD EPYC host those loads took about 45 % of a
+/// plain check's own time; BENCHMARKS.md, "2026-12-03, AMD EPYC: the
+/// check's copy of its decision").
 #[derive(Clone, Copy)]
 #[repr(C)]
 struct Kept {
-    source: Source,
-    allowed: bool,
+    remaining: u64,
+    reset_nanos: u32,
+    limit: u64,
     /// `u32::MAX`: no `retry_after`.
     retry_nanos: u32,
-    reset_nanos: u32,
-    remaining: u64,
     reset_secs: u64,
-    limit: u64,
+    source: Source,
+    allowed: bool,
     retry_secs: u64,
 }
 
@@ -133,6 +155,51 @@ impl Kept {
     }
 }
 
+/// A ready decision as [`super::Limiter::check`] hands it over: [`Kept`]'s
+/// fields at other places, again no two of one type next to each other
+/// (see [`Check::handed`]).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Handed {
+    limit: u64,
+    retry_nanos: u32,
+    retry_secs: u64,
+    reset_nanos: u32,
+    remaining: u64,
+    allowed: bool,
+    source: Source,
+    reset_secs: u64,
+}
+
+impl Handed {
+    #[inline(always)]
+    fn from(k: &Kept) -> Self {
+        Self {
+            retry_secs: k.retry_secs,
+            remaining: k.remaining,
+            reset_nanos: k.reset_nanos,
+            allowed: k.allowed,
+            source: k.source,
+            limit: k.limit,
+            reset_secs: k.reset_secs,
+            retry_nanos: k.retry_nanos,
+        }
+    }
+
+    #[inline(always)]
+    fn decision(&self) -> Decision {
+        Decision {
+            allowed: self.allowed,
+            limit: self.limit,
+            remaining: self.remaining,
+            reset_after: duration(self.reset_secs, self.reset_nanos),
+            retry_after: (self.retry_nanos != u32::MAX)
+                .then(|| duration(self.retry_secs, self.retry_nanos)),
+            source: self.source,
+        }
+    }
+}
+
 /// `secs` and `nanos` (below a second, as a `Duration` gave them).
 #[inline(always)]
 fn duration(secs: u64, nanos: u32) -> Duration {
@@ -143,6 +210,7 @@ impl fmt::Debug for Check<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             Repr::Ready(Some(k)) => f.debug_tuple("Check::Ready").field(&k.decision()).finish(),
+            Repr::Handed(h) => f.debug_tuple("Check::Ready").field(&h.decision()).finish(),
             Repr::Ready(None) => f.write_str("Check::Done"),
             Repr::Pending(_) => f.write_str("Check::Pending"),
         }
@@ -159,6 +227,7 @@ impl Future for Check<'_> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Decision> {
         match &mut self.0 {
             Repr::Ready(Some(k)) => Poll::Ready(k.decision()),
+            Repr::Handed(h) => Poll::Ready(h.decision()),
             Repr::Ready(None) => Poll::Pending,
             Repr::Pending(f) => f.as_mut().poll(cx),
         }
@@ -376,7 +445,20 @@ mod tests {
                     assert_eq!(got.as_ref(), Some(&d));
                     let answer = Answer::decided(d.clone());
                     let got = Check::from_answer(Some(answer)).into_ready().ok();
-                    assert_eq!(got, Some(d));
+                    assert_eq!(got.as_ref(), Some(&d));
+                    // As `Limiter::check` hands it over: taken at once, and
+                    // polled (twice: the same decision again).
+                    let handed = Check::from_answer(Some(Answer::decided(d.clone()))).handed();
+                    assert!(matches!(handed.0, Repr::Handed(_)));
+                    assert_eq!(handed.into_ready().ok().as_ref(), Some(&d));
+                    let mut handed = std::pin::pin!(Check::ready(d.clone()).handed());
+                    let mut cx = Context::from_waker(std::task::Waker::noop());
+                    for _ in 0..2 {
+                        match handed.as_mut().poll(&mut cx) {
+                            Poll::Ready(got) => assert_eq!(got, d),
+                            Poll::Pending => panic!("a ready check was pending"),
+                        }
+                    }
                 }
             }
         }

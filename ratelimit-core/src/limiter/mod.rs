@@ -188,7 +188,7 @@ impl Limiter {
     /// for every quota, so this cannot fail.
     #[inline]
     pub fn check(&self, caller: impl AsRef<[u8]>) -> Check<'_> {
-        self.check_caller(caller.as_ref())
+        self.check_caller(caller.as_ref()).handed()
     }
 
     /// [`Limiter::check`], not generic: one function the callers share,
