@@ -492,33 +492,46 @@ impl LocalStore {
     /// place) for a single-charge request, without building the request.
     #[inline]
     pub fn decide_now(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
-        self.decide_single(key, quota, cost)
+        self.decide_single(key, quota, cost, Ok, Err)
     }
 
     /// [`LocalStore::decide_now`]'s body, inlined into [`Store::decide`]
-    /// too, so that the trait object's call writes the decision straight
-    /// into its answer.
+    /// too, with what each path hands back made by `ok` or `err` where the
+    /// path ends: the trait object's call writes each decision straight
+    /// into its answer, with no result in between that the paths share
+    /// (copying such a result read, in whole words, fields that had just
+    /// been written a byte at a time: a store-forwarding stall).
     #[inline(always)]
-    fn decide_single(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
+    fn decide_single<T>(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        ok: impl Fn(Decision) -> T,
+        err: impl Fn(ratelimit_core::StoreError) -> T,
+    ) -> T {
         // What `Quota::check_cost` checks, inline; the error is built off
         // the hot path.
         if cost == 0 || cost > quota.limit() {
-            return Err(cost_error(quota, cost));
+            return err(cost_error(quota, cost));
         }
         let now = self.now();
         self.maybe_sweep(now);
         let k = Key::named(quota.name_id(), key);
-        match quota.algorithm() {
+        let result = match quota.algorithm() {
             Algorithm::TokenBucket(b) => {
                 if packs(b, now) {
-                    self.bucket(k, b, now, cost)
-                } else {
-                    self.fine_bucket(k, b, now, cost)
+                    return self.bucket(k, b, now, cost, ok, err);
                 }
+                self.fine_bucket(k, b, now, cost)
             }
             Algorithm::FixedWindow(_) => self.windowed(&self.fixed, k, quota, now, cost),
             Algorithm::SlidingWindow(_) => self.windowed(&self.sliding, k, quota, now, cost),
             Algorithm::SlidingLog(_) => self.windowed(&self.logs, k, quota, now, cost),
+        };
+        match result {
+            Ok(d) => ok(d),
+            Err(e) => err(e),
         }
     }
 
@@ -535,17 +548,30 @@ impl LocalStore {
     /// A token bucket whose state packs into one word: the hot path takes
     /// the shard's read lock and updates the word by compare-and-swap.
     #[inline(always)]
-    fn bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Result<Decision> {
+    fn bucket<T>(
+        &self,
+        k: Key<'_>,
+        b: &Bucket,
+        now: Micros,
+        cost: u64,
+        ok: impl Fn(Decision) -> T,
+        err: impl Fn(ratelimit_core::StoreError) -> T,
+    ) -> T {
         let read = match self.buckets.get(k) {
             Some(word) => match bucket_try(&*word, b, now, cost) {
-                Ok(decision) => return Ok(decision),
+                Ok(decision) => return ok(decision),
                 Err(read) => read,
             },
-            None => return self.new_bucket(k, b, now, cost),
+            None => {
+                return match self.new_bucket(k, b, now, cost) {
+                    Ok(d) => ok(d),
+                    Err(e) => err(e),
+                };
+            }
         };
         // A denial, decided after the shard's lock is released: two
         // threads denying one hot key hold it for a load and a comparison.
-        Ok(denied(read, b, now, cost))
+        ok(denied(read, b, now, cost))
     }
 
     #[cold]
@@ -701,10 +727,9 @@ impl Store for LocalStore {
             if request.deadline.has_passed() {
                 return Answer::ready(Err(ratelimit_core::StoreError::Expired));
             }
-            return match self.decide_single(request.key, c.quota, c.cost) {
-                Ok(d) => Answer::decided(d),
-                Err(e) => Answer::ready(Err(e)),
-            };
+            return self.decide_single(request.key, c.quota, c.cost, Answer::decided, |e| {
+                Answer::ready(Err(e))
+            });
         }
         self.decide_several(request)
     }
