@@ -122,6 +122,22 @@ struct Kept {
     retry_secs: u64,
 }
 
+/// The decision held by a [`Kept`] or a [`Handed`] (the same fields, laid
+/// out apart).
+macro_rules! decision_of {
+    ($held:expr) => {{
+        let h = $held;
+        Decision {
+            allowed: h.allowed,
+            limit: h.limit,
+            remaining: h.remaining,
+            reset_after: duration(h.reset_secs, h.reset_nanos),
+            retry_after: (h.retry_nanos != u32::MAX).then(|| duration(h.retry_secs, h.retry_nanos)),
+            source: h.source,
+        }
+    }};
+}
+
 impl Kept {
     #[inline(always)]
     fn from(d: &Decision) -> Self {
@@ -143,15 +159,7 @@ impl Kept {
 
     #[inline(always)]
     fn decision(&self) -> Decision {
-        Decision {
-            allowed: self.allowed,
-            limit: self.limit,
-            remaining: self.remaining,
-            reset_after: duration(self.reset_secs, self.reset_nanos),
-            retry_after: (self.retry_nanos != u32::MAX)
-                .then(|| duration(self.retry_secs, self.retry_nanos)),
-            source: self.source,
-        }
+        decision_of!(self)
     }
 }
 
@@ -188,15 +196,7 @@ impl Handed {
 
     #[inline(always)]
     fn decision(&self) -> Decision {
-        Decision {
-            allowed: self.allowed,
-            limit: self.limit,
-            remaining: self.remaining,
-            reset_after: duration(self.reset_secs, self.reset_nanos),
-            retry_after: (self.retry_nanos != u32::MAX)
-                .then(|| duration(self.retry_secs, self.retry_nanos)),
-            source: self.source,
-        }
+        decision_of!(self)
     }
 }
 
