@@ -65,8 +65,10 @@ impl<'a> Check<'a> {
     }
 
     /// The check as [`super::Limiter::check`] hands it to its caller: a
-    /// ready decision read field by field into a [`Handed`], whose layout
-    /// shares no neighbouring fields with [`Kept`]'s. The check came back
+    /// ready decision read field by field into a [`Handed`], whose fields
+    /// stand at other places than [`Kept`]'s (in neither are two fields of
+    /// one type side by side, so the copy is not merged or vectorised into
+    /// wide loads). The check came back
     /// from a function that is not inlined, which wrote it field by field;
     /// the caller's `.await` moves what this returns into its own state,
     /// which, for the check as it came back, meant copying it in wide
