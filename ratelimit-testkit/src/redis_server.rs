@@ -189,7 +189,9 @@ impl RedisServer {
     }
 
     /// Kills the server (`SIGKILL`) and waits for it to exit. Its data is
-    /// gone (nothing is persisted).
+    /// gone (nothing is persisted). Until `restart`, connecting to its port
+    /// is refused and no other server can take the port (see
+    /// [`crate::server_process`]).
     pub fn kill(&mut self) {
         let server = self.process_mut();
         if !server.is_running() {

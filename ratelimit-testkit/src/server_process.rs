@@ -5,9 +5,15 @@
 //! [`ServerProcess::start`] spawns `redis-server --port <free> --bind
 //! 127.0.0.1 --save "" --appendonly no --dir <dir>` plus the arguments of its
 //! [`ServerOptions`] on a free loopback port, waits (bounded by
-//! [`START_TIMEOUT`]) until it answers `PING`, and kills it on drop. It can
-//! pause (`SIGSTOP`), resume (`SIGCONT`), kill and restart the server on the
-//! same port.
+//! [`START_TIMEOUT`]) until it answers `PING` **as itself** (the `process_id`
+//! of `INFO server` is the child's: a port found free can be taken by another
+//! test's server before this one binds it, and that server's `PONG` must not
+//! pass for this one's), and kills it on drop. It can pause (`SIGSTOP`),
+//! resume (`SIGCONT`), kill and restart the server on the same port. While
+//! killed, the port is held by a bound socket that does not listen, so that
+//! connecting to it is refused and no other test's server can take it before
+//! the restart (best effort: when the killed server's connections linger in
+//! `TIME_WAIT`, the port cannot be held and is left free).
 //!
 //! When `redis-server` is not on `PATH` it **panics** with a message saying
 //! how to install it: a Redis test never passes without Redis.
@@ -153,6 +159,8 @@ pub struct ServerProcess {
     port: u16,
     options: ServerOptions,
     child: Option<Child>,
+    /// While killed: the port, bound and not listening (see the module docs).
+    held: Option<socket2::Socket>,
 }
 
 impl ServerProcess {
@@ -187,6 +195,7 @@ impl ServerProcess {
             port,
             options: options.clone(),
             child: Some(child),
+            held: None,
         })
     }
 
@@ -247,8 +256,17 @@ impl ServerProcess {
 
     /// Kills the server (`SIGKILL`, which also ends a paused one) and waits
     /// for it to exit; nothing if it was killed already. Its data is gone
-    /// (nothing is persisted).
+    /// (nothing is persisted). Until [`restart`](Self::restart) the port is
+    /// held, so that connecting to it is refused (see the module docs).
     pub fn kill(&mut self) {
+        self.end();
+        if self.held.is_none() {
+            self.held = hold(self.port);
+        }
+    }
+
+    /// Kills the child and waits for it, holding nothing.
+    fn end(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -263,7 +281,8 @@ impl ServerProcess {
     ///
     /// When it does not come up within [`START_TIMEOUT`].
     pub fn restart(&mut self) {
-        self.kill();
+        self.end();
+        self.held = None;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             match spawn(self.port, &self.options) {
@@ -281,8 +300,21 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
-        self.kill();
+        self.end();
     }
+}
+
+/// Binds `127.0.0.1:port` without listening and without `SO_REUSEADDR`:
+/// connecting to it is refused, and no other socket can bind it while it is
+/// held. `None` when the port cannot be bound (a killed server's connections
+/// in `TIME_WAIT`, or someone else took it already).
+fn hold(port: u16) -> Option<socket2::Socket> {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).ok()?;
+    socket
+        .bind(&SockAddr::from(SocketAddr::from(([127, 0, 0, 1], port))))
+        .ok()?;
+    Some(socket)
 }
 
 /// A free port on 127.0.0.1 (free when asked: bind it soon).
@@ -312,8 +344,16 @@ fn spawn(port: u16, options: &ServerOptions) -> Result<Child, String> {
                 "redis-server on port {port} exited at start ({status}); port taken?"
             ));
         }
-        match ping(&url, Duration::from_millis(200)) {
-            Ok(()) => return Ok(child),
+        match served_by(&url, Duration::from_millis(200)) {
+            Ok(pid) if pid == child.id() => return Ok(child),
+            Ok(pid) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "port {port} is answered by another redis-server (pid {pid}, not {})",
+                    child.id()
+                ));
+            }
             Err(e) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -324,6 +364,26 @@ fn spawn(port: u16, options: &ServerOptions) -> Result<Child, String> {
             Err(_) => sleep(Duration::from_millis(10)),
         }
     }
+}
+
+/// `PING` on `url` and the `process_id` of `INFO server`: which process
+/// answers there; bounded by `timeout`.
+fn served_by(url: &str, timeout: Duration) -> Result<u32, String> {
+    let mut conn = connect(url, timeout)?;
+    let pong: String = redis::cmd("PING")
+        .query(&mut conn)
+        .map_err(|e| e.to_string())?;
+    if pong != "PONG" {
+        return Err(format!("PING answered {pong:?}"));
+    }
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut conn)
+        .map_err(|e| e.to_string())?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+        .ok_or_else(|| format!("no process_id in INFO server on {url}"))
 }
 
 /// A synchronous connection to `url` with `timeout` for connecting, reading
