@@ -18,7 +18,9 @@ use ratelimit_core::store::Decisions;
 use ratelimit_core::{Algorithm, Micros, Result, StoreError};
 use smallvec::SmallVec;
 
-use crate::shards::{Key, Locked, ShardedMap};
+use hashbrown::HashTable;
+
+use crate::shards::{Item, Key, Locked, ShardedMap, TableLock};
 use crate::store::{LocalStore, Timed, Windowed, pack, packs, unpack};
 
 /// Where one charge's state lives: `(shard, hash)` in its map; a token
@@ -35,12 +37,12 @@ enum Place {
 }
 
 /// The locked shards of one map, each once, in shard order.
-struct Held<'a, V> {
-    guards: SmallVec<[(usize, Locked<'a, V>); 2]>,
+struct Held<'a, V, L: TableLock<HashTable<Item<V>>> + 'a> {
+    guards: SmallVec<[(usize, Locked<'a, V, L>); 2]>,
 }
 
-impl<'a, V> Held<'a, V> {
-    fn lock(map: &'a ShardedMap<V>, mut shards: SmallVec<[usize; 4]>) -> Self {
+impl<'a, V, L: TableLock<HashTable<Item<V>>>> Held<'a, V, L> {
+    fn lock(map: &'a ShardedMap<V, L>, mut shards: SmallVec<[usize; 4]>) -> Self {
         shards.sort_unstable();
         shards.dedup();
         Self {
@@ -49,7 +51,7 @@ impl<'a, V> Held<'a, V> {
     }
 
     /// The locked shard `shard` (every place's shard is locked first).
-    fn shard(&mut self, shard: usize) -> Result<&mut Locked<'a, V>> {
+    fn shard(&mut self, shard: usize) -> Result<&mut Locked<'a, V, L>> {
         self.guards
             .iter_mut()
             .find(|(s, _)| *s == shard)

@@ -14,20 +14,115 @@
 //! the entry itself, under the lock).
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::OnceLock;
+use std::ops::{Deref, DerefMut};
+use std::sync::{OnceLock, PoisonError, TryLockError};
 
+use crossbeam_utils::sync::ShardedLock;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
-use parking_lot::{
-    MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
-};
+use parking_lot::RwLock;
 
 use crate::stored_key::StoredKey;
 
 /// One stored caller: its map key (the policy name's number, four bytes,
 /// then the caller's key in a named map; the key alone in an unnamed one;
 /// short keys in the slot itself) and its state.
-type Item<V> = (StoredKey, V);
+pub(crate) type Item<V> = (StoredKey, V);
+
+/// A shard's table as a map locks it: [`Exclusive`] (one lock word; what a
+/// map whose every decision writes under the lock wants) or
+/// [`ReadMostly`] (what a map read under the lock on every decision and
+/// written only for new callers and sweeps wants).
+pub(crate) trait TableLock<T> {
+    /// A read guard.
+    type Read<'a>: Deref<Target = T>
+    where
+        Self: 'a;
+    /// A write guard.
+    type Write<'a>: DerefMut<Target = T>
+    where
+        Self: 'a;
+    /// The lock over `value`.
+    fn new(value: T) -> Self;
+    /// Read-locks, waiting for a writer.
+    fn read(&self) -> Self::Read<'_>;
+    /// Write-locks, waiting for every other holder.
+    fn write(&self) -> Self::Write<'_>;
+    /// Write-locks if no one else holds the lock.
+    fn try_write(&self) -> Option<Self::Write<'_>>;
+}
+
+/// One lock word per shard (`parking_lot`'s): reading and writing cost the
+/// same. Readers on one shard share the word, so two threads reading one
+/// hot key move its cache line between them on every call.
+pub(crate) type Exclusive<T> = RwLock<T>;
+
+/// `crossbeam`'s sharded lock: a reader locks one of eight lock words, the
+/// one its thread is given, so threads reading one shard touch no common
+/// cache line; a writer locks all eight. For maps whose state is updated
+/// under the read lock (by compare-and-swap) and written under the write
+/// lock only when a caller is added or removed.
+pub(crate) type ReadMostly<T> = ShardedLock<T>;
+
+impl<T> TableLock<T> for RwLock<T> {
+    type Read<'a>
+        = parking_lot::RwLockReadGuard<'a, T>
+    where
+        T: 'a;
+    type Write<'a>
+        = parking_lot::RwLockWriteGuard<'a, T>
+    where
+        T: 'a;
+    fn new(value: T) -> Self {
+        RwLock::new(value)
+    }
+    #[inline]
+    fn read(&self) -> Self::Read<'_> {
+        RwLock::read(self)
+    }
+    #[inline]
+    fn write(&self) -> Self::Write<'_> {
+        RwLock::write(self)
+    }
+    fn try_write(&self) -> Option<Self::Write<'_>> {
+        RwLock::try_write(self)
+    }
+}
+
+/// A panic under the lock poisons a `ShardedLock`; the table is used on as
+/// with `parking_lot`'s lock, which has no poisoning (every state a panic
+/// can leave is one the store can decide from).
+impl<T> TableLock<T> for ShardedLock<T> {
+    type Read<'a>
+        = crossbeam_utils::sync::ShardedLockReadGuard<'a, T>
+    where
+        T: 'a;
+    type Write<'a>
+        = crossbeam_utils::sync::ShardedLockWriteGuard<'a, T>
+    where
+        T: 'a;
+    fn new(value: T) -> Self {
+        ShardedLock::new(value)
+    }
+    #[inline]
+    fn read(&self) -> Self::Read<'_> {
+        ShardedLock::read(self).unwrap_or_else(PoisonError::into_inner)
+    }
+    #[inline]
+    fn write(&self) -> Self::Write<'_> {
+        ShardedLock::write(self).unwrap_or_else(PoisonError::into_inner)
+    }
+    fn try_write(&self) -> Option<Self::Write<'_>> {
+        match ShardedLock::try_write(self) {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// A map read under the lock on every decision ([`ReadMostly`] shards).
+pub(crate) type ReadMostlyMap<V> = ShardedMap<V, ReadMostly<HashTable<Item<V>>>>;
 
 /// Bytes of a policy name's number at the head of a named map's key.
 const ID: usize = 4;
@@ -184,8 +279,8 @@ fn shard_count() -> usize {
 /// One shard, on a cache-line pair of its own so that threads locking
 /// neighbouring shards do not contend on one line.
 #[repr(align(128))]
-struct Shard<V> {
-    table: RwLock<HashTable<Item<V>>>,
+struct Shard<L> {
+    table: L,
 }
 
 /// A map from `(policy name, caller)` (stored as the name's number in the
@@ -197,8 +292,8 @@ struct Shard<V> {
 /// Lookups take the two parts borrowed ([`Key`]): the hash is computed over
 /// the name's number and then the caller, and the stored key compared part
 /// by part, so no composite key is built per call.
-pub(crate) struct ShardedMap<V> {
-    shards: Box<[Shard<V>]>,
+pub(crate) struct ShardedMap<V, L = Exclusive<HashTable<Item<V>>>> {
+    shards: Box<[Shard<L>]>,
     hasher: foldhash::fast::RandomState,
     /// `shards - 1`: the shard is taken from the hash's bits 32 and up,
     /// which neither the table's bucket index (the low bits of tables
@@ -209,29 +304,31 @@ pub(crate) struct ShardedMap<V> {
     /// Entries in every shard (kept with each insert and removal, so the
     /// store's bound on callers costs one load to check).
     entries: std::sync::atomic::AtomicUsize,
+    _values: std::marker::PhantomData<fn() -> V>,
 }
 
-impl<V> Default for ShardedMap<V> {
+impl<V, L: TableLock<HashTable<Item<V>>>> Default for ShardedMap<V, L> {
     /// A named map.
     fn default() -> Self {
         Self::new(true)
     }
 }
 
-impl<V> ShardedMap<V> {
+impl<V, L: TableLock<HashTable<Item<V>>>> ShardedMap<V, L> {
     /// A map whose keys carry the policy name (`named`) or not.
     pub(crate) fn new(named: bool) -> Self {
         let n = shard_count();
         Self {
             shards: (0..n)
                 .map(|_| Shard {
-                    table: RwLock::new(HashTable::new()),
+                    table: L::new(HashTable::new()),
                 })
                 .collect(),
             hasher: foldhash::fast::RandomState::default(),
             mask: n - 1,
             named,
             entries: std::sync::atomic::AtomicUsize::new(0),
+            _values: std::marker::PhantomData,
         }
     }
 
@@ -253,32 +350,33 @@ impl<V> ShardedMap<V> {
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> &RwLock<HashTable<Item<V>>> {
+    fn shard(&self, hash: u64) -> &L {
         let i = (hash >> 32) as usize & self.mask;
         &self.shards[i].table
     }
 
-    /// The key's state, under the shard's read lock while the guard lives.
+    /// `f` of the key's state (`None`: no state), under the shard's read
+    /// lock.
     #[inline]
-    pub(crate) fn get(&self, key: Key<'_>) -> Option<MappedRwLockReadGuard<'_, V>> {
+    pub(crate) fn read<R>(&self, key: Key<'_>, f: impl FnOnce(Option<&V>) -> R) -> R {
         let h = self.hash(key);
         let named = self.named;
-        RwLockReadGuard::try_map(self.shard(h).read(), |t| {
-            t.find(h, |(k, _)| key.matches(named, k)).map(|(_, v)| v)
-        })
-        .ok()
+        let table = self.shard(h).read();
+        f(table
+            .find(h, |(k, _)| key.matches(named, k))
+            .map(|(_, v)| v))
     }
 
-    /// The key's state, under the shard's write lock while the guard lives.
+    /// `f` of the key's state (`None`: no state), under the shard's write
+    /// lock.
     #[inline]
-    pub(crate) fn get_mut(&self, key: Key<'_>) -> Option<MappedRwLockWriteGuard<'_, V>> {
+    pub(crate) fn update<R>(&self, key: Key<'_>, f: impl FnOnce(Option<&mut V>) -> R) -> R {
         let h = self.hash(key);
         let named = self.named;
-        RwLockWriteGuard::try_map(self.shard(h).write(), |t| {
-            t.find_mut(h, |(k, _)| key.matches(named, k))
-                .map(|(_, v)| v)
-        })
-        .ok()
+        let mut table = self.shard(h).write();
+        f(table
+            .find_mut(h, |(k, _)| key.matches(named, k))
+            .map(|(_, v)| v))
     }
 
     /// Under the shard's write lock: `update` the key's state if it has one,
@@ -321,7 +419,7 @@ impl<V> ShardedMap<V> {
     /// Write-locks shard `shard` for several operations (a request over
     /// several quotas holds every shard its states live in, locked in one
     /// global order: see the store's `decide_many`).
-    pub(crate) fn lock(&self, shard: usize) -> Locked<'_, V> {
+    pub(crate) fn lock(&self, shard: usize) -> Locked<'_, V, L> {
         Locked {
             map: self,
             table: self.shards[shard].table.write(),
@@ -474,12 +572,12 @@ impl<V> ShardedMap<V> {
 }
 
 /// One shard of a map, write-locked ([`ShardedMap::lock`]).
-pub(crate) struct Locked<'a, V> {
-    map: &'a ShardedMap<V>,
-    table: RwLockWriteGuard<'a, HashTable<Item<V>>>,
+pub(crate) struct Locked<'a, V, L: TableLock<HashTable<Item<V>>> + 'a> {
+    map: &'a ShardedMap<V, L>,
+    table: L::Write<'a>,
 }
 
-impl<V> Locked<'_, V> {
+impl<V, L: TableLock<HashTable<Item<V>>>> Locked<'_, V, L> {
     /// The state of `key` (hashed to `hash` by [`ShardedMap::locate`]).
     pub(crate) fn get_mut(&mut self, hash: u64, key: Key<'_>) -> Option<&mut V> {
         let named = self.map.named;
@@ -539,7 +637,11 @@ mod tests {
     }
 
     /// Walks every shard with budgets of `units`, as the store's steps do.
-    fn walk(map: &ShardedMap<u32>, units: usize, mut keep: impl FnMut(&mut u32) -> bool) -> usize {
+    fn walk<L: TableLock<HashTable<Item<u32>>>>(
+        map: &ShardedMap<u32, L>,
+        units: usize,
+        mut keep: impl FnMut(&mut u32) -> bool,
+    ) -> usize {
         let mut removed = 0;
         for shard in 0..map.shards() {
             let mut from = 0;
@@ -594,17 +696,23 @@ mod tests {
             map.update_or_insert(Key::named(7, key), |_| (), || (Some(i), ()));
         }
         for (i, (name, key)) in keys.iter().enumerate() {
-            assert_eq!(map.get(Key::named(*name, key)).map(|v| *v), Some(i as u32));
+            assert_eq!(
+                map.read(Key::named(*name, key), |v| v.copied()),
+                Some(i as u32)
+            );
         }
         for i in 0..20_000u32 {
             let long = [i.to_le_bytes(); 8].concat();
             let key = if i % 2 == 0 { &long[..4] } else { &long[..] };
-            assert_eq!(map.get(Key::named(7, key)).map(|v| *v), Some(i));
+            assert_eq!(map.read(Key::named(7, key), |v| v.copied()), Some(i));
         }
         let unnamed: ShardedMap<u32> = ShardedMap::new(false);
         unnamed.update_or_insert(Key::unnamed(b"x\xFFa"), |_| (), || (Some(1), ()));
-        assert_eq!(unnamed.get(Key::unnamed(b"x\xFFa")).map(|v| *v), Some(1));
-        assert!(unnamed.get(Key::unnamed(b"x")).is_none());
+        assert_eq!(
+            unnamed.read(Key::unnamed(b"x\xFFa"), |v| v.copied()),
+            Some(1)
+        );
+        assert!(unnamed.read(Key::unnamed(b"x"), |v| v.is_none()));
     }
 
     #[test]
@@ -634,7 +742,7 @@ mod tests {
         assert_eq!(map.len(), 5_000);
         for i in 0..10_000u32 {
             assert_eq!(
-                map.get(Key::named(3, &i.to_be_bytes())).map(|v| *v),
+                map.read(Key::named(3, &i.to_be_bytes()), |v| v.copied()),
                 (i % 2 == 0).then_some(i)
             );
         }
@@ -649,6 +757,87 @@ mod tests {
             map.sweep_shard(0, 0, &mut budget, Mode::Step, |_| false),
             None
         );
+    }
+
+    #[test]
+    fn a_read_mostly_shard_read_on_another_thread_is_skipped_and_then_walked() {
+        let map: ReadMostlyMap<u32> = ShardedMap::default();
+        for i in 0..100u32 {
+            map.update_or_insert(Key::named(3, &i.to_be_bytes()), |_| (), || (Some(i), ()));
+        }
+        let (held, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // A reader on its own thread holds one of the eight words.
+                let _read = map.shards[0].table.read();
+                held.wait();
+                release.wait();
+            });
+            held.wait();
+            let mut budget = Budget::new(1_000);
+            assert_eq!(
+                map.sweep_shard(0, 0, &mut budget, Mode::Step, |_| false),
+                None,
+                "a writer must not pass a reader on another thread"
+            );
+            release.wait();
+        });
+        walk(&map, 1_000, |v| *v % 2 == 0);
+        assert_eq!(map.len(), 50);
+        for i in 0..100u32 {
+            assert_eq!(
+                map.read(Key::named(3, &i.to_be_bytes()), |v| v.copied()),
+                (i % 2 == 0).then_some(i)
+            );
+        }
+    }
+
+    #[test]
+    fn a_read_mostly_map_counts_every_update_made_under_its_read_lock() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let map: ReadMostlyMap<AtomicU64> = ShardedMap::default();
+        let keys: Vec<[u8; 4]> = (0..64u32).map(u32::to_be_bytes).collect();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for round in 0..200 {
+                        for key in &keys {
+                            let k = Key::named(1, key);
+                            let added =
+                                map.read(k, |v| v.map(|v| v.fetch_add(1, Ordering::Relaxed)));
+                            if added.is_none() {
+                                map.update_or_insert(
+                                    k,
+                                    |v| {
+                                        v.fetch_add(1, Ordering::Relaxed);
+                                    },
+                                    || (Some(AtomicU64::new(1)), ()),
+                                );
+                            }
+                        }
+                        if round % 50 == 0 {
+                            // Writers between the readers: a sweep step
+                            // that keeps everything.
+                            let mut budget = Budget::new(100);
+                            let _ = map.sweep_shard(
+                                round % map.shards(),
+                                0,
+                                &mut budget,
+                                Mode::Step,
+                                |_| true,
+                            );
+                        }
+                    }
+                });
+            }
+        });
+        for key in &keys {
+            assert_eq!(
+                map.read(Key::named(1, key), |v| v.map(|v| v.load(Ordering::Relaxed))),
+                Some(800)
+            );
+        }
+        assert_eq!(map.len(), 64);
     }
 
     #[test]

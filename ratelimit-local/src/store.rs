@@ -10,7 +10,7 @@ use ratelimit_core::{Algorithm, Bucket, Clock, Decision, Micros, Quota, Result, 
 
 use crate::cas::{bucket_step, bucket_try, denied};
 use crate::clock::FastClock;
-use crate::shards::{Budget, Key, Mode, ShardedMap, Walk};
+use crate::shards::{Budget, Key, Mode, ReadMostlyMap, ShardedMap, Walk};
 
 /// The default clock time in which the automatic sweep walks every map once.
 const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -75,7 +75,7 @@ struct Cursor {
 ///
 /// | algorithm | entry |
 /// |---|---|
-/// | token bucket, up to 1,024 bucket units per µs (every rate up to 1e9 per second, and any whole number of µs per token) | one `AtomicU64`: the theoretical arrival time and its sub-µs remainder packed (`tat << 10 \| rem`), updated by compare-and-swap under the shard's read lock |
+/// | token bucket, up to 1,024 bucket units per µs (every rate up to 1e9 per second, and any whole number of µs per token) | one `AtomicU64`: the theoretical arrival time and its sub-µs remainder packed (`tat << 10 \| rem`), updated by compare-and-swap under the shard's read lock (one of eight lock words per shard, by thread) |
 /// | token bucket, finer rates (or a clock past 2^53 µs) | the two-word state, under the shard's write lock |
 /// | fixed window, sliding window counter | the counters and an expiry |
 /// | sliding log | the log and an expiry |
@@ -92,7 +92,7 @@ struct Cursor {
 /// that costs each request at most a bounded slice of work (see the crate
 /// docs). The default clock is a [`FastClock`].
 pub struct LocalStore {
-    pub(crate) buckets: ShardedMap<AtomicU64>,
+    pub(crate) buckets: ReadMostlyMap<AtomicU64>,
     pub(crate) fine_buckets: ShardedMap<TokenBucketState>,
     pub(crate) fixed: ShardedMap<Timed<FixedWindowState>>,
     pub(crate) sliding: ShardedMap<Timed<SlidingWindowState>>,
@@ -151,7 +151,7 @@ impl LocalStore {
         };
         let interval = ratelimit_core::clock::duration_to_micros(DEFAULT_SWEEP_INTERVAL);
         Self {
-            buckets: ShardedMap::default(),
+            buckets: ReadMostlyMap::default(),
             fine_buckets: ShardedMap::default(),
             fixed: ShardedMap::default(),
             sliding: ShardedMap::default(),
@@ -557,11 +557,12 @@ impl LocalStore {
         ok: impl Fn(Decision) -> T,
         err: impl Fn(ratelimit_core::StoreError) -> T,
     ) -> T {
-        let read = match self.buckets.get(k) {
-            Some(word) => match bucket_try(&*word, b, now, cost) {
-                Ok(decision) => return ok(decision),
-                Err(read) => read,
-            },
+        let tried = self
+            .buckets
+            .read(k, |word| word.map(|w| bucket_try(w, b, now, cost)));
+        let read = match tried {
+            Some(Ok(decision)) => return ok(decision),
+            Some(Err(read)) => read,
             None => {
                 return match self.new_bucket(k, b, now, cost) {
                     Ok(d) => ok(d),
@@ -578,8 +579,11 @@ impl LocalStore {
     fn new_bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Result<Decision> {
         // The caller's state is in the two-word map (written under a rate
         // or at a time that does not pack): it stays there.
-        if let Some(mut s) = self.fine_buckets.get_mut(k) {
-            return Ok(fine_step(&mut s, b, now, cost));
+        if let Some(decided) = self
+            .fine_buckets
+            .update(k, |s| s.map(|s| fine_step(s, b, now, cost)))
+        {
+            return Ok(decided);
         }
         self.admit_new()?;
         // The insert re-checks under the shard lock: another call may have
@@ -627,8 +631,8 @@ impl LocalStore {
         cost: u64,
     ) -> Result<Decision> {
         // Fast path: the caller has state; look it up by the borrowed key.
-        if let Some(mut e) = map.get_mut(k) {
-            return step_timed(&mut e, quota, now, cost);
+        if let Some(decided) = map.update(k, |e| e.map(|e| step_timed(e, quota, now, cost))) {
+            return decided;
         }
         self.admit_new()?;
         // A new caller: the insert re-checks under the shard lock, as another
@@ -654,8 +658,11 @@ impl LocalStore {
     /// two words, updated under the shard's write lock.
     #[cold]
     fn fine_bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Result<Decision> {
-        if let Some(mut s) = self.fine_buckets.get_mut(k) {
-            return Ok(fine_step(&mut s, b, now, cost));
+        if let Some(decided) = self
+            .fine_buckets
+            .update(k, |s| s.map(|s| fine_step(s, b, now, cost)))
+        {
+            return Ok(decided);
         }
         // The caller's state was written in one word: carry it over exactly.
         let carried = self.buckets.remove(k).map(|a| unpack(a.into_inner()));
