@@ -636,6 +636,20 @@ mod tests {
         map
     }
 
+    /// Every even value below `n` (as [`map_of`] stored them) is still in
+    /// `map`, and no odd one.
+    fn assert_only_evens_left<L: TableLock<HashTable<Item<u32>>>>(
+        map: &ShardedMap<u32, L>,
+        n: u32,
+    ) {
+        for i in 0..n {
+            assert_eq!(
+                map.read(Key::named(3, &i.to_be_bytes()), |v| v.copied()),
+                (i % 2 == 0).then_some(i)
+            );
+        }
+    }
+
     /// Walks every shard with budgets of `units`, as the store's steps do.
     fn walk<L: TableLock<HashTable<Item<u32>>>>(
         map: &ShardedMap<u32, L>,
@@ -740,12 +754,7 @@ mod tests {
         assert_eq!(map.len(), 10_000 - w.removed);
         walk(&map, 100, keep_even);
         assert_eq!(map.len(), 5_000);
-        for i in 0..10_000u32 {
-            assert_eq!(
-                map.read(Key::named(3, &i.to_be_bytes()), |v| v.copied()),
-                (i % 2 == 0).then_some(i)
-            );
-        }
+        assert_only_evens_left(&map, 10_000u32);
     }
 
     #[test]
@@ -784,12 +793,7 @@ mod tests {
         });
         walk(&map, 1_000, |v| *v % 2 == 0);
         assert_eq!(map.len(), 50);
-        for i in 0..100u32 {
-            assert_eq!(
-                map.read(Key::named(3, &i.to_be_bytes()), |v| v.copied()),
-                (i % 2 == 0).then_some(i)
-            );
-        }
+        assert_only_evens_left(&map, 100u32);
     }
 
     #[test]
