@@ -64,7 +64,27 @@ fn main() {
                     .expect("limiter");
                 check(&limiter, &keys, n).await
             }
-            other => panic!("unknown contender {other}: bare, store or limiter"),
+            #[cfg(feature = "fred")]
+            "fred-bare" => fred::bare(&url, &quota, &keys, n).await,
+            #[cfg(feature = "fred")]
+            "fred-store" => {
+                let store = fred::store(&url).await;
+                decide(&store, &quota, &keys, n).await
+            }
+            #[cfg(feature = "fred")]
+            "fred-limiter" => {
+                let limiter = Limiter::builder(fred::store(&url).await)
+                    .failure_policy(FailurePolicy::FailClosed)
+                    .quota(quota.clone())
+                    .timeout(GENEROUS)
+                    .build()
+                    .expect("limiter");
+                check(&limiter, &keys, n).await
+            }
+            other => panic!(
+                "unknown contender {other}: bare, store or limiter (fred-bare, fred-store or \
+                 fred-limiter with --features fred)"
+            ),
         }
     });
     println!("{what}: {admitted} of {n} admitted");
@@ -135,4 +155,53 @@ async fn check(limiter: &Limiter, keys: &[String], n: usize) -> usize {
         ok += usize::from(limiter.check(&keys[i % keys.len()]).await.allowed);
     }
     ok
+}
+
+/// The same three contenders over fred (`--features fred`): one client
+/// with the settings of `redis_load`'s, its command timeout generous.
+#[cfg(feature = "fred")]
+mod fred {
+    use ratelimit_core::Quota;
+    use ratelimit_redis::fred_client::clients::Client;
+    use ratelimit_redis::fred_client::interfaces::{ClientLike, LuaInterface};
+    use ratelimit_redis::fred_client::prelude::{Builder, Config};
+    use ratelimit_redis::{RedisStore, scripts};
+
+    use super::GENEROUS;
+
+    async fn client(url: &str) -> Client {
+        let client = Builder::from_config(Config::from_url(url).expect("valid URL"))
+            .with_performance_config(|p| p.default_command_timeout = GENEROUS)
+            .with_connection_config(|c| c.connection_timeout = GENEROUS)
+            .build()
+            .expect("fred client");
+        client.init().await.expect("fred connects");
+        client
+    }
+
+    pub(crate) async fn store(url: &str) -> RedisStore {
+        RedisStore::from_fred(client(url).await).with_timeout(2 * GENEROUS)
+    }
+
+    /// `EVALSHA` through fred's own call, the keys built before the loop.
+    pub(crate) async fn bare(url: &str, quota: &Quota, keys: &[String], n: usize) -> usize {
+        let client = client(url).await;
+        let script = scripts::single(quota);
+        let sha: String = client.script_load(script.lua()).await.expect("load");
+        let mut args = scripts::single_args(quota, None, 1);
+        args[0] = "9876543210987654".to_owned();
+        let keys: Vec<String> = keys
+            .iter()
+            .map(|k| ratelimit_redis::keys::key("rl", k.as_bytes(), quota))
+            .collect();
+        let mut ok = 0;
+        for i in 0..n {
+            let reply: Vec<i64> = client
+                .evalsha(&sha, keys[i % keys.len()].as_str(), args.clone())
+                .await
+                .expect("EVALSHA");
+            ok += usize::from(ratelimit_benches::admitted(&reply));
+        }
+        ok
+    }
 }

@@ -152,6 +152,7 @@ pub struct Engine {
     prefix: Arc<str>,
     clock: Option<Arc<dyn Clock>>,
     timeout: Duration,
+    reply_timeout: Option<Duration>,
     max_in_flight: usize,
     max_batch: usize,
     pipeline: usize,
@@ -165,6 +166,7 @@ impl fmt::Debug for Engine {
             .field("prefix", &self.prefix)
             .field("clock", &self.clock)
             .field("timeout", &self.timeout)
+            .field("reply_timeout", &self.reply_timeout)
             .field("max_in_flight", &self.max_in_flight)
             .field("max_batch", &self.max_batch)
             .field("pipeline", &self.pipeline)
@@ -182,6 +184,7 @@ impl Engine {
             prefix: Arc::from(keys::DEFAULT_PREFIX),
             clock: None,
             timeout,
+            reply_timeout: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_batch: DEFAULT_MAX_BATCH,
             pipeline: DEFAULT_PIPELINE,
@@ -209,6 +212,15 @@ impl Engine {
     /// Bounds every decision by `timeout`.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+    }
+
+    /// Bounds each decision's wait for its node's reply by `timeout` too
+    /// (default none: [`Engine::timeout`] alone). A store whose connection
+    /// arms no timer of its own per command sets it to its response
+    /// timeout, so that one timer (the engine's, raced against the earliest
+    /// of the two bounds and the request's deadline) bounds each call.
+    pub fn set_reply_timeout(&mut self, timeout: Option<Duration>) {
+        self.reply_timeout = timeout;
     }
 
     /// Bounds the script calls waiting on one node at once (at least 1): a
@@ -328,7 +340,8 @@ impl Engine {
     /// Answers one request: alone (the single-quota script, or a batch of
     /// one for several quotas) when its node has no call in flight, else in
     /// the node's next batch (group commit, described in the crate docs); bounded
-    /// by the request's deadline and the engine's timeout.
+    /// by the request's deadline, the engine's timeout and its reply timeout
+    /// ([`Engine::set_reply_timeout`]).
     ///
     /// A request the server refused as expired (it wrote nothing) while
     /// more than half of its caller's wait is still ahead (and more than
@@ -349,7 +362,10 @@ impl Engine {
             return Err(StoreError::Expired);
         }
         let start = Instant::now();
-        let own = start + self.timeout;
+        let own = start
+            + self
+                .reply_timeout
+                .map_or(self.timeout, |reply| reply.min(self.timeout));
         let deadline = request
             .deadline
             .instant_from(start)

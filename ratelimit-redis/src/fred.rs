@@ -20,12 +20,15 @@
 //! it) or not at all, never twice. The rest of the client (other commands
 //! you send through it) keeps its own configuration.
 
+use std::time::Duration;
+
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use ratelimit_core::StoreError;
 
+use crate::engine::Engine;
 use crate::error;
 use crate::scripts::Script;
 use crate::store::{Backend, RedisStore};
@@ -39,7 +42,10 @@ impl RedisStore {
     /// every script with fred's per-command `max_attempts = 1`, so a script
     /// whose reply was lost is never sent again (which would count the
     /// request twice). Give the client a
-    /// `PerformanceConfig::default_command_timeout` and a `ReconnectPolicy`.
+    /// `PerformanceConfig::default_command_timeout` and a `ReconnectPolicy`:
+    /// the command timeout bounds each script's reply as fred would, timed
+    /// by the store's one timer per call (the scripts go with a zero
+    /// per-command timeout, so fred arms no second one).
     pub fn from_fred(client: Client) -> Self {
         let node = client
             .client_config()
@@ -47,15 +53,25 @@ impl RedisStore {
             .hosts()
             .first()
             .map_or_else(|| "redis".to_owned(), |s| format!("{}:{}", s.host, s.port));
-        Self::from_backend(Backend::Fred(client), &node)
+        // The client's command timeout bounds each script's reply, timed by
+        // the store's own per-call timer (fred is told to arm none).
+        let reply = client.perf_config().default_command_timeout;
+        let mut engine = Engine::new(crate::DEFAULT_CALL_TIMEOUT, 1);
+        engine.set_reply_timeout((!reply.is_zero()).then_some(reply));
+        Self::assemble(Backend::Fred(client), &node, engine)
     }
 }
 
 /// The per-command options of every script command: one attempt, so fred
 /// never re-sends a script whose reply was lost (see the module docs).
+/// Each script is written once at most (`max_attempts`), and fred arms no
+/// timer of its own for it (a zero `timeout`): the store races every call
+/// against its bound, the request's deadline and the client's
+/// `default_command_timeout` with one timer (see [`RedisStore::from_fred`]).
 fn script_options() -> Options {
     Options {
         max_attempts: Some(1),
+        timeout: Some(Duration::ZERO),
         ..Options::default()
     }
 }
@@ -81,8 +97,10 @@ pub fn script_command(
     let mut values: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
     values.push(body.into());
     values.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
-    values.extend(keys.iter().map(|k| Value::from(k.as_str())));
-    values.extend(args.iter().map(|a| Value::from(a.as_str())));
+    // A copy of each `String` becomes fred's string without another copy
+    // (`Value::from(&str)` would grow a buffer to copy it into).
+    values.extend(keys.iter().map(|k| Value::from(k.clone())));
+    values.extend(args.iter().map(|a| Value::from(a.clone())));
     (command, values)
 }
 

@@ -96,6 +96,22 @@ async fn redis_eval(mut cm: ConnectionManager, call: Arc<Call>) -> Result<Vec<i6
     marked(script, reply)
 }
 
+/// A set-up command on `node` (its clock, the scripts), given `wait` for
+/// its reply: the connection arms no timer of its own.
+async fn bounded<T>(
+    node: &str,
+    wait: Duration,
+    reply: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(wait, reply).await {
+        Ok(reply) => reply.map_err(error::from_redis),
+        Err(_) => Err(StoreError::message(
+            format!("no reply from {node} within {wait:?} (the response timeout)"),
+            true,
+        )),
+    }
+}
+
 /// The one node a single-node store talks to: its connection and its name.
 struct Node {
     backend: Backend,
@@ -196,7 +212,7 @@ impl RedisStore {
         Self::assemble(backend, node, Engine::new(DEFAULT_CALL_TIMEOUT, 1))
     }
 
-    fn assemble(backend: Backend, node: &str, engine: Engine) -> Self {
+    pub(crate) fn assemble(backend: Backend, node: &str, engine: Engine) -> Self {
         let node: Arc<str> = Arc::from(node);
         Self {
             transport: Arc::new(Node {
@@ -312,8 +328,12 @@ impl RedisStoreBuilder {
     /// 25 ms to at most 1 s between attempts).
     pub async fn build(self) -> Result<RedisStore, StoreError> {
         let options = &self.options;
-        let engine =
+        let mut engine =
             options.engine(options.connection_timeout + 3 * options.response_timeout, 1)?;
+        // The response timeout is the engine's to keep (one timer per call,
+        // raced against the request's deadline too), not the connection's:
+        // redis-rs would arm a second timer for every command.
+        engine.set_reply_timeout(Some(options.response_timeout));
         // TCP_NODELAY: a batch call larger than one write would otherwise
         // wait for the server's delayed ACK (40 ms on Linux) under Nagle's
         // algorithm, which redis-rs leaves on by default.
@@ -323,7 +343,7 @@ impl RedisStoreBuilder {
         let client = redis::Client::open(info).map_err(error::from_redis)?;
         let node = client.get_connection_info().addr().to_string();
         let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(options.response_timeout))
+            .set_response_timeout(None)
             .set_connection_timeout(Some(options.connection_timeout))
             .set_min_delay(Duration::from_millis(25))
             .set_max_delay(Duration::from_millis(100))
@@ -334,10 +354,8 @@ impl RedisStoreBuilder {
         // Learn the server's clock now, so the first decision carries a
         // deadline too (see `crate::deadline`).
         let mut m = manager.clone();
-        let time: (i64, i64) = redis::cmd("TIME")
-            .query_async(&mut m)
-            .await
-            .map_err(error::from_redis)?;
+        let wait = options.response_timeout;
+        let time: (i64, i64) = bounded(&node, wait, redis::cmd("TIME").query_async(&mut m)).await?;
         engine.server_clock().observe(
             0,
             time.0.saturating_mul(1_000_000).saturating_add(time.1),
@@ -346,12 +364,11 @@ impl RedisStoreBuilder {
         // Load every script now: a cold start under many callers would
         // otherwise send each of them through NOSCRIPT and SCRIPT LOAD.
         for script in crate::scripts::all() {
-            let _: String = redis::cmd("SCRIPT")
+            let load = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(script.lua())
-                .query_async(&mut m)
-                .await
-                .map_err(error::from_redis)?;
+                .to_owned();
+            let _: String = bounded(&node, wait, load.query_async(&mut m)).await?;
         }
         Ok(RedisStore::assemble(Backend::Redis(manager), &node, engine))
     }

@@ -292,3 +292,68 @@ async fn fred_wrong_type_is_not_transient() {
     let s = common::fred_store(&server.url(), server.prefix()).await;
     wrong_type_is_not_transient(&server, &s).await;
 }
+
+/// The reply bound the test stores are given.
+const REPLY: Duration = Duration::from_millis(100);
+
+/// The response timeout (fred: the client's command timeout) bounds each
+/// call even when the store's own bound and the request (no deadline) would
+/// let it wait far longer: the store's one timer per call keeps it, the
+/// client arms none.
+async fn reply_bound_holds(server: &RedisServer, store: RedisStore) {
+    assert!(store.decide_one(b"warm", &quota(), 1).await.is_ok());
+    server.pause();
+    // Far more than the reply bound, far less than the store's bound.
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(20),
+        store.decide_one(b"late", &quota(), 1),
+    )
+    .await;
+    server.resume();
+    let e = outcome
+        .expect("the call waited past its reply bound for a paused server")
+        .expect_err("a paused server cannot answer");
+    assert!(
+        matches!(e, ratelimit_core::StoreError::Timeout(_)),
+        "a timeout, not {e}"
+    );
+    assert!(e.is_transient());
+    assert!(
+        eventually(Duration::from_secs(5), async || store
+            .decide_one(b"after", &quota(), 1)
+            .await
+            .is_ok())
+        .await,
+        "no decision within 5 s of resuming"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_rs_response_timeout_bounds_a_call_without_a_deadline() {
+    let server = RedisServer::start_local();
+    let store = RedisStore::builder(server.url())
+        .prefix(server.prefix())
+        .response_timeout(REPLY)
+        .timeout(Duration::from_secs(600))
+        .build()
+        .await
+        .expect("connect");
+    reply_bound_holds(&server, store).await;
+}
+
+#[cfg(feature = "fred")]
+#[tokio::test(flavor = "multi_thread")]
+async fn fred_command_timeout_bounds_a_call_without_a_deadline() {
+    use ratelimit_redis::fred_client::prelude::*;
+    let server = RedisServer::start_local();
+    let client = Builder::from_config(Config::from_url(&server.url()).unwrap())
+        .with_performance_config(|p| p.default_command_timeout = REPLY)
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    let store = RedisStore::from_fred(client)
+        .with_prefix(server.prefix())
+        .unwrap()
+        .with_timeout(Duration::from_secs(600));
+    reply_bound_holds(&server, store).await;
+}
