@@ -214,13 +214,22 @@ impl Engine {
         self.timeout = timeout;
     }
 
-    /// Bounds each decision's wait for its node's reply by `timeout` too
-    /// (default none: [`Engine::timeout`] alone). A store whose connection
-    /// arms no timer of its own per command sets it to its response
-    /// timeout, so that one timer (the engine's, raced against the earliest
-    /// of the two bounds and the request's deadline) bounds each call.
+    /// Bounds each call's wait for its node's reply, from its sending, by
+    /// `timeout` too (default none: the request's deadline and
+    /// [`Engine::timeout`] alone). A store whose connection arms no timer
+    /// of its own per command sets it to its response timeout, so that one
+    /// timer (the engine's, raced against the earliest of the bounds) ends
+    /// each call.
     pub fn set_reply_timeout(&mut self, timeout: Option<Duration>) {
         self.reply_timeout = timeout;
+    }
+
+    /// When a call sent now to answer a request due at `deadline` is given
+    /// up: at the deadline, or at the reply timeout from now if earlier
+    /// (see [`Engine::set_reply_timeout`]).
+    pub(crate) fn reply_bound(&self, deadline: Instant) -> Instant {
+        self.reply_timeout
+            .map_or(deadline, |reply| deadline.min(Instant::now() + reply))
     }
 
     /// Bounds the script calls waiting on one node at once (at least 1): a
@@ -340,7 +349,8 @@ impl Engine {
     /// Answers one request: alone (the single-quota script, or a batch of
     /// one for several quotas) when its node has no call in flight, else in
     /// the node's next batch (group commit, described in the crate docs); bounded
-    /// by the request's deadline, the engine's timeout and its reply timeout
+    /// by the request's deadline and the engine's timeout, and each call's
+    /// wait for its reply by the reply timeout
     /// ([`Engine::set_reply_timeout`]).
     ///
     /// A request the server refused as expired (it wrote nothing) while
@@ -362,10 +372,7 @@ impl Engine {
             return Err(StoreError::Expired);
         }
         let start = Instant::now();
-        let own = start
-            + self
-                .reply_timeout
-                .map_or(self.timeout, |reply| reply.min(self.timeout));
+        let own = start + self.timeout;
         let deadline = request
             .deadline
             .instant_from(start)
@@ -469,6 +476,9 @@ impl Engine {
             return Err(StoreError::Expired);
         };
         let call = Arc::new(Call::alone_taking_keys(req, server_deadline));
+        // The reply is awaited until the deadline, or the reply timeout
+        // from its sending if earlier.
+        let deadline = self.reply_bound(deadline);
         let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
         let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
         let received = Instant::now();

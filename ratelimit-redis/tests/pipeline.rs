@@ -309,3 +309,66 @@ async fn beside_two_calls_a_third_waits_for_a_full_batch() {
     let decided: usize = sent.iter().map(Vec::len).sum();
     assert_eq!(decided, 1 + 16 + 128, "calls: {sent:?}");
 }
+
+/// The reply timeout runs from a call's sending, not from its request's
+/// arrival: a request that waited behind a call in flight gets its whole
+/// reply timeout once its own call goes (here it waits `2 x HOLD`, longer
+/// than the reply timeout, and is still decided), and a call held past it
+/// fails at it, in a batch as alone, though the engine's own bound is far
+/// later. Real time: the engine's timers are the subject.
+#[tokio::test(flavor = "current_thread")]
+async fn the_reply_timeout_runs_from_each_calls_sending() {
+    const REPLY: Duration = Duration::from_millis(1_000);
+    const HOLD: Duration = Duration::from_millis(600);
+    let held = Arc::new(Held::default());
+    let transport: Arc<dyn Transport> = held.clone();
+    let mut engine = engine(4, engine::DEFAULT_PIPELINE);
+    engine.set_reply_timeout(Some(REPLY));
+    let mut callers = Vec::new();
+    start(&engine, &transport, "first", &mut callers).await;
+    until("the lone call is sent", || held.in_flight() == 1).await;
+    start(&engine, &transport, "second", &mut callers).await;
+    tokio::time::sleep(HOLD).await;
+    held.gate.add_permits(1);
+    until("the second call is sent", || held.sent().len() == 2).await;
+    tokio::time::sleep(HOLD).await;
+    held.gate.add_permits(1);
+    for c in callers {
+        assert!(
+            c.await
+                .expect("decided within the reply timeout of its call")
+        );
+    }
+
+    // A call held past the reply timeout: the queued request's call fails
+    // at it.
+    let mut callers = Vec::new();
+    start(&engine, &transport, "third", &mut callers).await;
+    until("the lone call is sent", || held.in_flight() == 1).await;
+    let late = {
+        let (sender, transport) = (engine.clone(), Arc::clone(&transport));
+        let before = engine.in_flight();
+        let task = tokio::spawn(async move {
+            let q = Quota::fixed_window(Rate::per_hour(1_000)).unwrap();
+            let charges = [Charge::new(&q, 1)];
+            sender
+                .decide(&transport, Request::new(b"fourth", &charges))
+                .await
+        });
+        until("the request queued", || engine.in_flight() > before).await;
+        task
+    };
+    held.gate.add_permits(1);
+    until("the fourth call is sent", || held.sent().len() == 4).await;
+    let outcome = tokio::time::timeout(10 * REPLY, late)
+        .await
+        .expect("the held call outlived its reply timeout")
+        .expect("no panic");
+    assert!(
+        matches!(outcome, Err(StoreError::Timeout(_))),
+        "{outcome:?}"
+    );
+    for c in callers {
+        assert!(c.await.unwrap());
+    }
+}
