@@ -16,7 +16,9 @@
 //! `what` is one of `bare` (`EVALSHA` of the quota's own script with the
 //! arguments the store sends, through the same `ConnectionManager`),
 //! `store` (`RedisStore` through the one door, awaited) and `limiter`
-//! (`Limiter::check` over that store, awaited).
+//! (`Limiter::check` over that store, awaited); with `--features fred`,
+//! `fred-bare`, `fred-store` and `fred-limiter`, the same over one fred
+//! client.
 #![allow(missing_docs)]
 
 use std::time::Duration;
@@ -55,15 +57,7 @@ fn main() {
                 let store = store(&url).await;
                 decide(&store, &quota, &keys, n).await
             }
-            "limiter" => {
-                let limiter = Limiter::builder(store(&url).await)
-                    .failure_policy(FailurePolicy::FailClosed)
-                    .quota(quota.clone())
-                    .timeout(GENEROUS)
-                    .build()
-                    .expect("limiter");
-                check(&limiter, &keys, n).await
-            }
+            "limiter" => check(&limiter(store(&url).await, &quota), &keys, n).await,
             #[cfg(feature = "fred")]
             "fred-bare" => fred::bare(&url, &quota, &keys, n).await,
             #[cfg(feature = "fred")]
@@ -72,15 +66,7 @@ fn main() {
                 decide(&store, &quota, &keys, n).await
             }
             #[cfg(feature = "fred")]
-            "fred-limiter" => {
-                let limiter = Limiter::builder(fred::store(&url).await)
-                    .failure_policy(FailurePolicy::FailClosed)
-                    .quota(quota.clone())
-                    .timeout(GENEROUS)
-                    .build()
-                    .expect("limiter");
-                check(&limiter, &keys, n).await
-            }
+            "fred-limiter" => check(&limiter(fred::store(&url).await, &quota), &keys, n).await,
             other => panic!(
                 "unknown contender {other}: bare, store or limiter (fred-bare, fred-store or \
                  fred-limiter with --features fred)"
@@ -88,6 +74,17 @@ fn main() {
         }
     });
     println!("{what}: {admitted} of {n} admitted");
+}
+
+/// A limiter over `store` that waits for it (fail closed, a generous
+/// timeout): the profile is of its decisions, not of its failures.
+fn limiter(store: RedisStore, quota: &Quota) -> Limiter {
+    Limiter::builder(store)
+        .failure_policy(FailurePolicy::FailClosed)
+        .quota(quota.clone())
+        .timeout(GENEROUS)
+        .build()
+        .expect("limiter")
 }
 
 async fn store(url: &str) -> RedisStore {
@@ -113,16 +110,7 @@ async fn bare(url: &str, quota: &Quota, keys: &[String], n: usize) -> usize {
         .query_async(&mut conn)
         .await
         .expect("load");
-    // The arguments the store sends alone: a deadline far ahead (16
-    // digits, as a real one), then the quota's own script's arguments.
-    let mut args = scripts::single_args(quota, None, 1);
-    args[0] = "9876543210987654".to_owned();
-    // The store's keys, built once by its own key builder (so the loop
-    // does no work the store's call would not).
-    let keys: Vec<String> = keys
-        .iter()
-        .map(|k| ratelimit_redis::keys::key("rl", k.as_bytes(), quota))
-        .collect();
+    let (keys, args) = bare_inputs(quota, keys);
     let mut ok = 0;
     for i in 0..n {
         let mut cmd = redis::cmd("EVALSHA");
@@ -135,6 +123,20 @@ async fn bare(url: &str, quota: &Quota, keys: &[String], n: usize) -> usize {
         ok += usize::from(ratelimit_benches::admitted(&reply));
     }
     ok
+}
+
+/// What a bare call sends: the store's keys, built once by its own key
+/// builder (so the loop does no work the store's call would not), and the
+/// arguments the store sends alone: a deadline far ahead (16 digits, as a
+/// real one), then the quota's own script's arguments.
+fn bare_inputs(quota: &Quota, callers: &[String]) -> (Vec<String>, Vec<String>) {
+    let keys = callers
+        .iter()
+        .map(|k| ratelimit_redis::keys::key("rl", k.as_bytes(), quota))
+        .collect();
+    let mut args = scripts::single_args(quota, None, 1);
+    args[0] = "9876543210987654".to_owned();
+    (keys, args)
 }
 
 async fn decide(store: &RedisStore, quota: &Quota, keys: &[String], n: usize) -> usize {
@@ -161,39 +163,23 @@ async fn check(limiter: &Limiter, keys: &[String], n: usize) -> usize {
 /// with the settings of `redis_load`'s, its command timeout generous.
 #[cfg(feature = "fred")]
 mod fred {
+    use ratelimit_benches::clients::fred_client;
     use ratelimit_core::Quota;
-    use ratelimit_redis::fred_client::clients::Client;
-    use ratelimit_redis::fred_client::interfaces::{ClientLike, LuaInterface};
-    use ratelimit_redis::fred_client::prelude::{Builder, Config};
+    use ratelimit_redis::fred_client::interfaces::LuaInterface;
     use ratelimit_redis::{RedisStore, scripts};
 
-    use super::GENEROUS;
-
-    async fn client(url: &str) -> Client {
-        let client = Builder::from_config(Config::from_url(url).expect("valid URL"))
-            .with_performance_config(|p| p.default_command_timeout = GENEROUS)
-            .with_connection_config(|c| c.connection_timeout = GENEROUS)
-            .build()
-            .expect("fred client");
-        client.init().await.expect("fred connects");
-        client
-    }
+    use super::{GENEROUS, bare_inputs};
 
     pub(crate) async fn store(url: &str) -> RedisStore {
-        RedisStore::from_fred(client(url).await).with_timeout(2 * GENEROUS)
+        RedisStore::from_fred(fred_client(url, GENEROUS).await).with_timeout(2 * GENEROUS)
     }
 
     /// `EVALSHA` through fred's own call, the keys built before the loop.
     pub(crate) async fn bare(url: &str, quota: &Quota, keys: &[String], n: usize) -> usize {
-        let client = client(url).await;
+        let client = fred_client(url, GENEROUS).await;
         let script = scripts::single(quota);
         let sha: String = client.script_load(script.lua()).await.expect("load");
-        let mut args = scripts::single_args(quota, None, 1);
-        args[0] = "9876543210987654".to_owned();
-        let keys: Vec<String> = keys
-            .iter()
-            .map(|k| ratelimit_redis::keys::key("rl", k.as_bytes(), quota))
-            .collect();
+        let (keys, args) = bare_inputs(quota, keys);
         let mut ok = 0;
         for i in 0..n {
             let reply: Vec<i64> = client

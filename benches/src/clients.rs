@@ -63,3 +63,21 @@ pub async fn redis_store(lib: Lib, server: &RedisServer) -> RedisStore {
         }
     }
 }
+
+/// A fred client for `url`, connected, whose commands and connection
+/// attempts each wait up to `wait` (the throughput benchmarks give it
+/// generous bounds; their subject is not the timeouts).
+#[cfg(feature = "fred")]
+pub async fn fred_client(
+    url: &str,
+    wait: std::time::Duration,
+) -> ratelimit_redis::fred_client::clients::Client {
+    use ratelimit_redis::fred_client::prelude::*;
+    let client = Builder::from_config(Config::from_url(url).expect("valid URL"))
+        .with_performance_config(|p| p.default_command_timeout = wait)
+        .with_connection_config(|c| c.connection_timeout = wait)
+        .build()
+        .expect("fred client");
+    client.init().await.expect("fred connects");
+    client
+}

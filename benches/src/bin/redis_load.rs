@@ -407,14 +407,7 @@ async fn store(lib: Lib, url: &str) -> RedisStore {
 
 #[cfg(feature = "fred")]
 async fn fred_client(url: &str) -> ratelimit_redis::fred_client::clients::Client {
-    use ratelimit_redis::fred_client::prelude::*;
-    let client = Builder::from_config(Config::from_url(url).expect("valid URL"))
-        .with_performance_config(|p| p.default_command_timeout = GENEROUS)
-        .with_connection_config(|c| c.connection_timeout = GENEROUS)
-        .build()
-        .expect("fred client");
-    client.init().await.expect("fred connects");
-    client
+    ratelimit_benches::clients::fred_client(url, GENEROUS).await
 }
 
 async fn manager(url: &str) -> ConnectionManager {
