@@ -496,7 +496,7 @@ async fn send_once(
     };
     let call = Arc::new(call);
     let start = Instant::now();
-    let deadline = engine.reply_bound(deadline);
+    let deadline = engine.reply_bound(deadline, start);
     let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
     let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
     let received = Instant::now();

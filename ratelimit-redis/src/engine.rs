@@ -224,12 +224,12 @@ impl Engine {
         self.reply_timeout = timeout;
     }
 
-    /// When a call sent now to answer a request due at `deadline` is given
-    /// up: at the deadline, or at the reply timeout from now if earlier
-    /// (see [`Engine::set_reply_timeout`]).
-    pub(crate) fn reply_bound(&self, deadline: Instant) -> Instant {
+    /// When a call sent at `sent` to answer a request due at `deadline` is
+    /// given up: at the deadline, or at the reply timeout from `sent` if
+    /// earlier (see [`Engine::set_reply_timeout`]).
+    pub(crate) fn reply_bound(&self, deadline: Instant, sent: Instant) -> Instant {
         self.reply_timeout
-            .map_or(deadline, |reply| deadline.min(Instant::now() + reply))
+            .map_or(deadline, |reply| deadline.min(sent + reply))
     }
 
     /// Bounds the script calls waiting on one node at once (at least 1): a
@@ -477,8 +477,9 @@ impl Engine {
         };
         let call = Arc::new(Call::alone_taking_keys(req, server_deadline));
         // The reply is awaited until the deadline, or the reply timeout
-        // from its sending if earlier.
-        let deadline = self.reply_bound(deadline);
+        // from its sending if earlier (a lone call goes as its request
+        // arrives: `start`, no second clock read).
+        let deadline = self.reply_bound(deadline, start);
         let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
         let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
         let received = Instant::now();

@@ -28,7 +28,6 @@ use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use ratelimit_core::StoreError;
 
-use crate::engine::Engine;
 use crate::error;
 use crate::scripts::Script;
 use crate::store::{Backend, RedisStore};
@@ -56,16 +55,17 @@ impl RedisStore {
         // The client's command timeout bounds each script's reply, timed by
         // the store's own per-call timer (fred is told to arm none).
         let reply = client.perf_config().default_command_timeout;
-        let mut engine = Engine::new(crate::DEFAULT_CALL_TIMEOUT, 1);
-        engine.set_reply_timeout((!reply.is_zero()).then_some(reply));
-        Self::assemble(Backend::Fred(client), &node, engine)
+        Self::from_backend(
+            Backend::Fred(client),
+            &node,
+            (!reply.is_zero()).then_some(reply),
+        )
     }
 }
 
 /// The per-command options of every script command: one attempt, so fred
-/// never re-sends a script whose reply was lost (see the module docs).
-/// Each script is written once at most (`max_attempts`), and fred arms no
-/// timer of its own for it (a zero `timeout`): the store races every call
+/// never re-sends a script whose reply was lost (see the module docs); and
+/// no timer of fred's own (a zero `timeout`): the store races every call
 /// against its bound, the request's deadline and the client's
 /// `default_command_timeout` with one timer (see [`RedisStore::from_fred`]).
 fn script_options() -> Options {

@@ -114,9 +114,9 @@ macro_rules! options_setters {
         /// How long to wait for each reply from a node (default
         /// [`DEFAULT_RESPONSE_TIMEOUT`](crate::DEFAULT_RESPONSE_TIMEOUT)).
         /// redis-rs waits forever unless told. The single-node store races
-        /// each decision against it with its own one timer per call (with
-        /// the request's deadline and the store's bound); the cluster store
-        /// sets it on each node's connection.
+        /// each call against it, from the call's sending, with its own one
+        /// timer per call (with the request's deadline and the store's
+        /// bound); the cluster store sets it on each node's connection.
         pub fn response_timeout(mut self, timeout: ::std::time::Duration) -> Self {
             self.options.response_timeout = timeout;
             self

@@ -205,14 +205,19 @@ impl RedisStore {
     /// and reconnect settings apply), with prefix `rl`, the server's clock
     /// and a per-call bound of [`DEFAULT_CALL_TIMEOUT`].
     pub fn from_connection_manager(manager: ConnectionManager) -> Self {
-        Self::from_backend(Backend::Redis(manager), "redis")
+        Self::from_backend(Backend::Redis(manager), "redis", None)
     }
 
-    pub(crate) fn from_backend(backend: Backend, node: &str) -> Self {
-        Self::assemble(backend, node, Engine::new(DEFAULT_CALL_TIMEOUT, 1))
+    /// A store over `backend` with the defaults of a client you hold: the
+    /// bound [`DEFAULT_CALL_TIMEOUT`], and `reply` as the engine's reply
+    /// timeout (`None` where the client times its own commands).
+    pub(crate) fn from_backend(backend: Backend, node: &str, reply: Option<Duration>) -> Self {
+        let mut engine = Engine::new(DEFAULT_CALL_TIMEOUT, 1);
+        engine.set_reply_timeout(reply);
+        Self::assemble(backend, node, engine)
     }
 
-    pub(crate) fn assemble(backend: Backend, node: &str, engine: Engine) -> Self {
+    fn assemble(backend: Backend, node: &str, engine: Engine) -> Self {
         let node: Arc<str> = Arc::from(node);
         Self {
             transport: Arc::new(Node {
