@@ -22,6 +22,7 @@
 
 use std::time::Duration;
 
+use fred::bytes::Bytes;
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::types::config::Options;
@@ -29,7 +30,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use ratelimit_core::StoreError;
 
 use crate::error;
-use crate::scripts::Script;
+use crate::scripts::{Arg, Script};
 use crate::store::{Backend, RedisStore};
 
 impl RedisStore {
@@ -82,9 +83,9 @@ fn script_options() -> Options {
 /// routed by the first key's slot on a cluster (every key of one call
 /// shares it). The cluster store sends it too.
 pub fn script_command(
-    script: &Script,
+    script: &'static Script,
     keys: &[String],
-    args: &[String],
+    args: &[Arg],
     source: bool,
 ) -> (CustomCommand, Vec<Value>) {
     let slot = fred::util::redis_keyslot(keys.first().map_or(&b""[..], |k| k.as_bytes()));
@@ -95,21 +96,24 @@ pub fn script_command(
     };
     let command = CustomCommand::new_static(name, ClusterHash::Custom(slot), false);
     let mut values: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
-    values.push(body.into());
+    // The script's SHA or source lives as long as the process: sent
+    // without a copy.
+    values.push(Value::Bytes(Bytes::from_static(body.as_bytes())));
     values.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
     // A copy of each `String` becomes fred's string without another copy
-    // (`Value::from(&str)` would grow a buffer to copy it into).
+    // (`Value::from(&str)` would grow a buffer to copy it into); integers
+    // go as fred's integers, written into the frame as they are framed.
     values.extend(keys.iter().map(|k| Value::from(k.clone())));
-    values.extend(args.iter().map(|a| Value::from(a.clone())));
+    values.extend(args.iter().map(Value::from));
     (command, values)
 }
 
 /// Sends [`script_command`] once at most.
 async fn send_script(
     client: &Client,
-    script: &Script,
+    script: &'static Script,
     keys: &[String],
-    args: &[String],
+    args: &[Arg],
     source: bool,
 ) -> Result<Vec<i64>, fred::error::Error> {
     let (command, values) = script_command(script, keys, args, source);
@@ -125,9 +129,9 @@ async fn send_script(
 /// [`Script::send_source_first`]).
 pub(crate) async fn eval(
     client: &Client,
-    script: &Script,
+    script: &'static Script,
     keys: &[String],
-    args: &[String],
+    args: &[Arg],
 ) -> Result<Vec<i64>, StoreError> {
     if script.send_source_first() {
         return send_script(client, script, keys, args, true)

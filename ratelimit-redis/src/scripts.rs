@@ -113,6 +113,7 @@ use smallvec::SmallVec;
 use ratelimit_core::model::Charge;
 use ratelimit_core::{Algorithm, Micros, Quota, StoreError};
 
+pub use crate::arg::Arg;
 use crate::decode::{self, Limit};
 use ratelimit_core::store::Decisions;
 
@@ -195,7 +196,7 @@ impl Script {
     /// `EVALSHA <sha1> <numkeys> <keys…> <args…>` of this script, or `EVAL`
     /// with the source when `source`, as a redis-rs command (the fred
     /// backends build theirs with [`crate::fred::script_command`]).
-    pub fn command(&self, keys: &[String], args: &[String], source: bool) -> redis::Cmd {
+    pub fn command(&self, keys: &[String], args: &[Arg], source: bool) -> redis::Cmd {
         // Sized once: every argument's bytes, and a few for the count.
         let (name, script) = if source {
             ("EVAL", self.lua)
@@ -206,7 +207,7 @@ impl Script {
             + script.len()
             + 4
             + keys.iter().map(String::len).sum::<usize>()
-            + args.iter().map(String::len).sum::<usize>();
+            + args.iter().map(Arg::len_hint).sum::<usize>();
         let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
         cmd.arg(name)
             .arg(script)
@@ -437,11 +438,23 @@ pub fn all() -> [&'static Script; 5] {
 
 /// With an injected clock: now and the minimum expiry, after the quota's
 /// numbers (`ARGV[5..=6]`) or after the cost in a quota's own script.
-fn push_now(args: &mut Vec<String>, now: Option<Micros>) {
+fn push_now(args: &mut Args, now: Option<Micros>) {
     if let Some(now) = now {
-        args.push(decimal(now));
-        args.push(decimal(INJECTED_CLOCK_MIN_EXPIRY.as_millis()));
+        args.push(Arg::from(now));
+        args.push(Arg::from(INJECTED_CLOCK_MIN_EXPIRY.as_millis()));
     }
+}
+
+/// A call's `KEYS`: inline for one (a lone request's of one quota).
+pub type Keys = SmallVec<[String; 1]>;
+
+/// A call's `ARGV`: inline up to six (a single-quota call's, with an
+/// injected clock), so a lone call allocates nothing for them.
+pub type Args = SmallVec<[Arg; 6]>;
+
+/// The arguments as the text each is sent as.
+fn texts(args: &[Arg]) -> Vec<String> {
+    args.iter().map(Arg::to_string).collect()
 }
 
 /// The algorithm code of the batch script (see the module docs).
@@ -462,22 +475,22 @@ const TOKEN_BUCKET_KIND: &str = "4";
 /// `now`: `Some` with an injected clock, `None` to use the server's `TIME`.
 /// The cost must already have passed [`Quota::check_cost`].
 pub fn args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
-    let mut args = Vec::with_capacity(6);
-    args.push("0".to_owned());
+    let mut args = Args::new();
+    args.push(Arg::Int(0));
     QuotaArgs::new(quota, cost, false).push_values(&mut args);
     push_now(&mut args, now);
-    args
+    texts(&args)
 }
 
 /// The `ARGV` of one call of [`single`]`(quota)`, the script the store
 /// sends a lone request with: the cost alone for a quota's own script,
 /// [`args`] for its algorithm's (no deadline: `ARGV[1]` is `0`).
 pub fn single_args(quota: &Quota, now: Option<Micros>, cost: u64) -> Vec<String> {
-    let mut args = Vec::with_capacity(6);
-    args.push("0".to_owned());
+    let mut args = Args::new();
+    args.push(Arg::Int(0));
     QuotaArgs::new(quota, cost, false).push_single(single(quota), &mut args);
     push_now(&mut args, now);
-    args
+    texts(&args)
 }
 
 /// One quota of a request as its script arguments, kept as numbers until a
@@ -517,26 +530,26 @@ impl QuotaArgs {
 
     /// `x, y, z`: the single script's `ARGV[2..=4]` (`need` is computed
     /// here for a token bucket: one multiplication less in Lua).
-    fn push_values(&self, args: &mut Vec<String>) {
-        args.push(decimal(self.cost * self.unit));
-        args.push(decimal(self.y));
-        args.push(decimal(self.z));
+    fn push_values(&self, args: &mut Args) {
+        args.push(Arg::from(self.cost * self.unit));
+        args.push(Arg::from(self.y));
+        args.push(Arg::from(self.z));
     }
 
     /// What `script` (this quota's own, or its algorithm's) takes after the
     /// deadline: the cost alone, or [`QuotaArgs::push_values`].
-    fn push_single(&self, script: &Script, args: &mut Vec<String>) {
+    fn push_single(&self, script: &Script, args: &mut Args) {
         if script.compiled {
-            args.push(decimal(self.cost));
+            args.push(Arg::from(self.cost));
         } else {
             self.push_values(args);
         }
     }
 
     /// The batch script's five arguments of this quota.
-    fn push_batch(&self, args: &mut Vec<String>) {
-        args.push(self.kind.to_owned());
-        args.push(if self.shadow { "1" } else { "0" }.to_owned());
+    fn push_batch(&self, args: &mut Args) {
+        args.push(Arg::Static(self.kind));
+        args.push(Arg::Int(i64::from(self.shadow)));
         self.push_values(args);
     }
 }
@@ -551,7 +564,7 @@ pub struct Request {
     /// [`Call::alone`]), [`BATCH`] (a batch of one) for several.
     script: &'static Script,
     /// One key per quota, in order; one caller, so one hash slot.
-    pub keys: SmallVec<[String; 1]>,
+    pub keys: Keys,
     /// The hash slot of the keys.
     slot: u16,
     /// Per quota: its script arguments.
@@ -593,7 +606,7 @@ impl Request {
             [c] => for_quota(c.quota),
             _ => &BATCH,
         };
-        let keys: SmallVec<[String; 1]> = charges
+        let keys: Keys = charges
             .iter()
             .map(|c| crate::keys::key(prefix, caller, c.quota))
             .collect();
@@ -685,9 +698,9 @@ pub struct Call {
     /// The script to run.
     pub script: &'static Script,
     /// `KEYS`: every key of every request, in order.
-    pub keys: Vec<String>,
+    pub keys: Keys,
     /// `ARGV`.
-    pub args: Vec<String>,
+    pub args: Args,
     /// How many requests the call decides (1 alone, more in a batch). A
     /// cluster node refuses a call of several keys with `TRYAGAIN` while a
     /// slot migration has moved some of them and not others; a batch of
@@ -698,18 +711,18 @@ pub struct Call {
 
 /// `ARGV[2]`/`ARGV[1]`: the minimum expiry, for a request on an injected
 /// clock or the server's.
-fn min_expiry(now: Option<Micros>) -> String {
+fn min_expiry(now: Option<Micros>) -> Arg {
     match now {
-        Some(_) => decimal(INJECTED_CLOCK_MIN_EXPIRY.as_millis()),
-        None => "0".to_owned(),
+        Some(_) => Arg::from(INJECTED_CLOCK_MIN_EXPIRY.as_millis()),
+        None => Arg::Int(0),
     }
 }
 
 /// A deadline as the single-quota scripts take it (see
 /// [`crate::deadline`]), as the batch script takes it: the instant alone,
 /// 0 for none (the batch script always returns `TIME`).
-fn batch_deadline(server_micros: i64) -> String {
-    decimal(batch_deadline_micros(server_micros))
+fn batch_deadline(server_micros: i64) -> Arg {
+    Arg::Int(batch_deadline_micros(server_micros))
 }
 
 /// As [`batch_deadline`], the number.
@@ -743,20 +756,20 @@ impl Call {
     /// [`crate::deadline::ServerClock::server_deadline`] gives it): the
     /// single-quota script, or a batch of one for several quotas.
     pub fn alone(request: &Request, server_deadline: i64) -> Self {
-        Self::alone_with_keys(request, server_deadline, request.keys.to_vec())
+        Self::alone_with_keys(request, server_deadline, request.keys.clone())
     }
 
     /// As [`Call::alone`], moving the keys out of the request rather than
     /// copying them (the request is then only decoded).
     pub fn alone_taking_keys(request: &mut Request, server_deadline: i64) -> Self {
-        let keys = std::mem::take(&mut request.keys).into_vec();
+        let keys = std::mem::take(&mut request.keys);
         Self::alone_with_keys(request, server_deadline, keys)
     }
 
-    fn alone_with_keys(request: &Request, server_deadline: i64, keys: Vec<String>) -> Self {
+    fn alone_with_keys(request: &Request, server_deadline: i64, keys: Keys) -> Self {
         if request.is_single() {
-            let mut args = Vec::with_capacity(6);
-            args.push(decimal(server_deadline));
+            let mut args = Args::new();
+            args.push(Arg::Int(server_deadline));
             let mut script = request.script;
             if let Some(q) = request.quota_args.first() {
                 script = COMPILED.get(script, q);
@@ -796,7 +809,7 @@ impl Call {
         Self::batch_with_keys(&shared, keys)
     }
 
-    fn batch_with_keys(requests: &[(&Request, i64)], keys: Vec<String>) -> Self {
+    fn batch_with_keys(requests: &[(&Request, i64)], keys: Keys) -> Self {
         // Requests over the same quotas share one set (most batches hold
         // one): its arguments are sent and parsed once. `set_of[i]` is the
         // set of request i, `sets` the first request of each set.
@@ -809,7 +822,7 @@ impl Call {
                 sets.len() - 1
             }));
         }
-        let mut args = Vec::with_capacity(
+        let mut args = Args::with_capacity(
             5 + sets
                 .iter()
                 .map(|s| 2 + 5 * s.quota_args.len())
@@ -820,7 +833,7 @@ impl Call {
         // sends its deadline alone, and all go in one argument.
         let compact = sets.len() == 1 && requests.iter().all(|(r, _)| r.now.is_none());
         args.push(min_expiry(requests.first().and_then(|(r, _)| r.now)));
-        args.push(if compact { "1" } else { "3" }.to_owned());
+        args.push(Arg::Int(if compact { 1 } else { 3 }));
         // The earliest deadline: while the server's clock is not past it,
         // the script reads no request's own.
         let earliest = requests
@@ -829,13 +842,12 @@ impl Call {
             .filter(|d| *d > 0)
             .min()
             .unwrap_or(0);
-        args.push(decimal(earliest));
-        args.push(if distinct(&keys) { "1" } else { "0" }.to_owned());
-        args.push(decimal(sets.len()));
-        let ids: Vec<String> = (1..=sets.len()).map(decimal).collect();
-        for (id, s) in ids.iter().zip(&sets) {
-            args.push(id.clone());
-            args.push(decimal(s.quotas()));
+        args.push(Arg::Int(earliest));
+        args.push(Arg::Int(i64::from(distinct(&keys))));
+        args.push(Arg::from(sets.len()));
+        for (id, s) in (1..).zip(&sets) {
+            args.push(Arg::Int(id));
+            args.push(Arg::from(s.quotas()));
             for q in &s.quota_args {
                 q.push_batch(&mut args);
             }
@@ -849,15 +861,15 @@ impl Call {
                 }
                 let _ = write!(all, "{}", batch_deadline_micros(*deadline));
             }
-            args.push(all);
+            args.push(Arg::Text(all));
         } else {
             for ((r, deadline), set) in requests.iter().zip(set_of) {
                 match r.now {
-                    Some(now) => args.push(decimal(now)),
-                    None => args.push(String::new()),
+                    Some(now) => args.push(Arg::from(now)),
+                    None => args.push(Arg::Static("")),
                 }
                 args.push(batch_deadline(*deadline));
-                args.push(ids[set].clone());
+                args.push(Arg::from(set + 1));
             }
         }
         Self {
@@ -892,12 +904,6 @@ pub fn injected_now(
         ));
     }
     Ok(Some(now))
-}
-
-/// An integer in decimal, as a script argument (`itoa`: no formatter
-/// machinery for the two or three numbers every call sends).
-fn decimal(n: impl itoa::Integer) -> String {
-    itoa::Buffer::new().format(n).to_owned()
 }
 
 #[cfg(test)]
@@ -949,10 +955,10 @@ mod tests {
         // The quota's own script: the deadline and the cost.
         assert!(std::ptr::eq(call.script, single(&q)));
         assert!(call.script.is_compiled());
-        assert_eq!(call.args, ["-1", "2"]);
+        assert_eq!(call.args[..], ["-1", "2"]);
         // With an injected clock, now and the minimum expiry after them.
         let r1 = Request::new("rl", b"k", &[Charge::new(&q, 2)], Some(7));
-        assert_eq!(Call::alone(&r1, 0).args, ["0", "2", "7", "600000"]);
+        assert_eq!(Call::alone(&r1, 0).args[..], ["0", "2", "7", "600000"]);
         // The algorithm's script takes the quota's numbers.
         assert_eq!(args(&q, None, 2), ["0", "1200000", "1", "12000000"]);
         let w = Quota::fixed_window(ratelimit_core::Rate::per_minute(100)).unwrap();
@@ -971,13 +977,13 @@ mod tests {
         // 5 arguments per quota), then per request: now, deadline, set.
         assert_eq!(&call.args[..5], ["0", "3", "4", "0", "2"]);
         assert_eq!(&call.args[5..7], ["1", "1"]);
-        let mut tb = Vec::new();
+        let mut tb = Args::new();
         r.quota_args[0].push_batch(&mut tb);
         assert_eq!(call.args[7..12], tb[..]);
         // A bucket of 100 per minute: one token is 600,000 units, 1 unit a µs.
-        assert_eq!(tb, ["4", "0", "1200000", "1", "12000000"]);
+        assert_eq!(tb[..], ["4", "0", "1200000", "1", "12000000"]);
         assert_eq!(&call.args[12..14], ["2", "2"]);
-        let mut both = Vec::new();
+        let mut both = Args::new();
         r2.quota_args.iter().for_each(|q| q.push_batch(&mut both));
         assert_eq!(call.args[14..24], both[..]);
         assert_eq!(&both[..5], ["1", "0", "1", "100", "60000000"]);

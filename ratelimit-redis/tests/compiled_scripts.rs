@@ -7,7 +7,7 @@
 mod common;
 
 use ratelimit_core::{Charge, Quota, Rate};
-use ratelimit_redis::scripts::{self, Call, Request};
+use ratelimit_redis::scripts::{self, Arg, Call, Request};
 use ratelimit_testkit::redis_server::RedisServer;
 
 use common::run_call as run;
@@ -46,7 +46,7 @@ fn bucket_cost(seed: u64) -> u64 {
 /// (`-(deadline + 1)` with no deadline), so that it answers with the four.
 fn asking_time(request: &Request) -> Call {
     let mut call = Call::alone(request, 0);
-    call.args[0] = "-1".to_owned();
+    call.args[0] = Arg::Int(-1);
     call
 }
 
@@ -85,8 +85,8 @@ fn a_quotas_own_script_decides_as_its_algorithms_script() {
             args[0] = "0".to_owned();
             let reference = Call {
                 script: scripts::for_quota(q),
-                keys: generic.keys.to_vec(),
-                args,
+                keys: generic.keys.clone(),
+                args: args.into_iter().map(Arg::Text).collect(),
                 requests: 1,
             };
             let (a, b) = (run(&server, &call), run(&server, &reference));

@@ -55,7 +55,7 @@ impl Transport for Held {
         call: Arc<Call>,
         _deadline: Instant,
     ) -> Result<Vec<i64>, StoreError> {
-        self.calls.lock().unwrap().push(call.keys.clone());
+        self.calls.lock().unwrap().push(call.keys.to_vec());
         let permit = self.gate.acquire().await.expect("gate open");
         permit.forget();
         *self.answered.lock().unwrap() += 1;
