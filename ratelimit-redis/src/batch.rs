@@ -291,15 +291,20 @@ fn waited_half(oldest: &Item, now: Instant) -> bool {
 }
 
 /// The caller sending alone holds its node; when it is done (or stops
-/// waiting), the requests that queued meanwhile go out.
-pub(crate) struct Lead {
-    engine: Engine,
-    transport: Arc<dyn Transport>,
-    domain: Arc<Domain>,
+/// waiting), the requests that queued meanwhile go out. Borrows what it
+/// needs: a lone call clones nothing for it.
+pub(crate) struct Lead<'a> {
+    engine: &'a Engine,
+    transport: &'a Arc<dyn Transport>,
+    domain: &'a Arc<Domain>,
 }
 
-impl Lead {
-    pub(crate) fn new(engine: Engine, transport: Arc<dyn Transport>, domain: Arc<Domain>) -> Self {
+impl<'a> Lead<'a> {
+    pub(crate) fn new(
+        engine: &'a Engine,
+        transport: &'a Arc<dyn Transport>,
+        domain: &'a Arc<Domain>,
+    ) -> Self {
         Self {
             engine,
             transport,
@@ -308,28 +313,30 @@ impl Lead {
     }
 }
 
-impl Drop for Lead {
+impl Drop for Lead<'_> {
     fn drop(&mut self) {
         if self.domain.queue().release() {
             tokio::spawn(drain(
                 self.engine.clone(),
-                Arc::clone(&self.transport),
-                Arc::clone(&self.domain),
+                Arc::clone(self.transport),
+                Arc::clone(self.domain),
             ));
         }
     }
 }
 
-/// Queues `request` (received at `start`) for its node's next call and
-/// waits for its decisions until `deadline`.
-pub(crate) async fn enqueue(
+/// Queues `request` (received at `start`) for its node's next call, now,
+/// and returns the wait for its decisions until `deadline`: a future that
+/// holds only the reply's receiver and its timer (the request went into
+/// the queue before it), so the caller's own future stays small.
+pub(crate) fn enqueue(
     engine: &Engine,
     transport: &Arc<dyn Transport>,
     domain: &Arc<Domain>,
     request: Request,
     start: Instant,
     deadline: Instant,
-) -> Result<Decisions, StoreError> {
+) -> impl std::future::Future<Output = Result<Decisions, StoreError>> + Send + 'static {
     let (tx, rx) = oneshot::channel();
     let now = engine.domains_base();
     let item = Item {
@@ -351,15 +358,18 @@ pub(crate) async fn enqueue(
             Arc::clone(domain),
         ));
     }
-    match tokio::time::timeout_at(deadline.into(), rx).await {
-        Ok(Ok(result)) => result,
-        Ok(Err(_)) => Err(StoreError::message(
-            format!("the batch for {} was dropped", domain.name()),
-            true,
-        )),
-        Err(_) => Err(StoreError::Timeout(
-            deadline.saturating_duration_since(start),
-        )),
+    let domain = Arc::clone(domain);
+    async move {
+        match tokio::time::timeout_at(deadline.into(), rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(StoreError::message(
+                format!("the batch for {} was dropped", domain.name()),
+                true,
+            )),
+            Err(_) => Err(StoreError::Timeout(
+                deadline.saturating_duration_since(start),
+            )),
+        }
     }
 }
 

@@ -435,8 +435,7 @@ impl Engine {
         if permit.is_probe() || self.max_batch == 1 || domain.queue().try_lead() {
             // Alone: a probe, or the node has nothing in flight.
             let lead = !permit.is_probe() && self.max_batch > 1;
-            let _guard = lead
-                .then(|| crate::batch::Lead::new(self.clone(), transport.clone(), domain.clone()));
+            let _guard = lead.then(|| crate::batch::Lead::new(self, transport, &domain));
             let in_flight = domain.enter(now);
             self.send_alone(
                 transport, &domain, &mut req, start, deadline, permit, in_flight,

@@ -84,6 +84,9 @@ impl<'a> Check<'a> {
         }
     }
 
+    /// Inlined, so that the future is moved once, into its box, not first
+    /// into this function's argument.
+    #[inline(always)]
     pub(crate) fn pending(future: impl Future<Output = Decision> + Send + 'a) -> Self {
         Self(Repr::Pending(Box::pin(future)))
     }

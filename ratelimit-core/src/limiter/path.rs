@@ -266,19 +266,21 @@ impl Limiter {
         cost: u64,
         left: Left,
     ) -> Check<'a> {
-        let span = telemetry::span(&self.inner.namespace);
-        let key = KeyBuf::owned(&self.inner.prefix, caller);
-        Check::pending(
-            async move {
-                match left {
-                    Left::Failed(failure) => {
-                        self.after_failure(index, quota, &key, cost, failure).await
-                    }
-                    Left::Pending => self.one_async(index, quota, &key, cost).await,
-                }
+        // The key moves into the future (inline when short: nothing on the
+        // heap for it), which is instrumented only when a subscriber takes
+        // its span.
+        let key = KeyBuf::new(&self.inner.prefix, caller);
+        let future = async move {
+            let key = key.as_slice();
+            match left {
+                Left::Failed(failure) => self.after_failure(index, quota, key, cost, failure).await,
+                Left::Pending => self.one_async(index, quota, key, cost).await,
             }
-            .instrument(span),
-        )
+        };
+        match telemetry::span_if_enabled(&self.inner.namespace) {
+            Some(span) => Check::pending(future.instrument(span)),
+            None => Check::pending(future),
+        }
     }
 
     /// An in-place answer that is not a decision ready in place
@@ -382,7 +384,9 @@ impl Limiter {
                 self.count(&d, quota);
                 d
             }
-            Err(failure) => self.after_failure(index, quota, key, cost, failure).await,
+            // Boxed: the degraded path's future (the fallback store's
+            // call) is not carried by every decision's future.
+            Err(failure) => Box::pin(self.after_failure(index, quota, key, cost, failure)).await,
         }
     }
 
