@@ -28,9 +28,10 @@
 //! `--memory-callers C` (100000), `--deny` (use "100/min, burst 20" so most
 //! calls are denied, instead of quotas no caller reaches), `--skip-memory`,
 //! `--skip-overhead`, `--skip-throughput`, `--ratio-only` (instead of the
-//! throughput section, only the token bucket through `Limiter::check`
-//! against its bare `EVALSHA`, in interleaved slices of 200 ms: the
-//! client-side ratio per round and its median), `--cluster` (also drive
+//! throughput section, only the token bucket through `RedisStore::decide`
+//! and through `Limiter::check` against its bare `EVALSHA`, in interleaved
+//! slices of 200 ms: the client-side ratios per round and their medians),
+//! `--cluster` (also drive
 //! `ClusterStore` on a local 6-node cluster: 3 masters + 3 replicas).
 
 use std::collections::BTreeMap;
@@ -816,15 +817,17 @@ const ALGORITHMS: [AlgorithmKind; 4] = [
     AlgorithmKind::TokenBucket,
 ];
 
-/// `--ratio-only`: `Limiter::check` over the store against the bare
-/// `EVALSHA` of the same script, in slices of 200 ms taken in turn (the
-/// order alternating), for as many rounds as fit in `secs` x 2 per run;
-/// prints each round's ratio of decisions/s and their median. Slices next
-/// to each other share the machine's load, which on a shared host moves a
-/// contender's throughput by 2x over seconds.
+/// `--ratio-only`: `RedisStore::decide` and `Limiter::check` over that
+/// store against the bare `EVALSHA` of the same script, in slices of
+/// 200 ms taken in turn (the order rotating from round to round), for as
+/// many rounds as fit in `secs` x 2 per run; prints each round's ratios of
+/// decisions/s and their medians. Slices next to each other share the
+/// machine's load, which on a shared host moves a contender's throughput
+/// by 2x over seconds.
 #[allow(clippy::too_many_arguments)]
 async fn interleaved_ratio(
     lib: Lib,
+    store: &Call,
     limiter: &Call,
     bare: &Call,
     tasks: usize,
@@ -834,38 +837,45 @@ async fn interleaved_ratio(
 ) {
     const SLICE: Duration = Duration::from_millis(200);
     let warm = Duration::from_millis(500);
-    let _ = phase(limiter, tasks, connections, callers, warm).await;
-    let _ = phase(bare, tasks, connections, callers, warm).await;
-    let rounds = ((secs * 2.0) / (2.0 * SLICE.as_secs_f64())).max(1.0) as usize;
-    let mut ratios = Vec::with_capacity(rounds);
-    for round in 0..rounds {
-        let (first, second) = if round % 2 == 0 {
-            (limiter, bare)
-        } else {
-            (bare, limiter)
-        };
-        let a = phase(first, tasks, connections, callers, SLICE).await;
-        let b = phase(second, tasks, connections, callers, SLICE).await;
-        let (l, r) = if round % 2 == 0 { (a, b) } else { (b, a) };
-        ratios.push(l.per_second / r.per_second);
+    let contenders = [store, limiter, bare];
+    for c in contenders {
+        let _ = phase(c, tasks, connections, callers, warm).await;
     }
-    let mut sorted = ratios.clone();
-    sorted.sort_by(f64::total_cmp);
-    let q = |f: f64| sorted[((sorted.len() - 1) as f64 * f).round() as usize];
-    println!(
-        "  ratio, Limiter::check / bare EVALSHA ({}), {} rounds of 2 x {:?}: median {:.3}, quartiles {:.3}-{:.3}, rounds {}",
-        lib.name(),
-        rounds,
-        SLICE,
-        q(0.5),
-        q(0.25),
-        q(0.75),
-        ratios
-            .iter()
-            .map(|r| format!("{r:.2}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    let rounds = ((secs * 2.0) / (2.0 * SLICE.as_secs_f64())).max(1.0) as usize;
+    let (mut of_store, mut of_limiter) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let mut per_second = [0.0; 3];
+        for k in 0..3 {
+            let c = (round + k) % 3;
+            per_second[c] = phase(contenders[c], tasks, connections, callers, SLICE)
+                .await
+                .per_second;
+        }
+        of_store.push(per_second[0] / per_second[2]);
+        of_limiter.push(per_second[1] / per_second[2]);
+    }
+    for (what, ratios) in [
+        ("RedisStore::decide", of_store),
+        ("Limiter::check", of_limiter),
+    ] {
+        let mut sorted = ratios.clone();
+        sorted.sort_by(f64::total_cmp);
+        let q = |f: f64| sorted[((sorted.len() - 1) as f64 * f).round() as usize];
+        println!(
+            "  ratio, {what} / bare EVALSHA ({}), {} rounds of 3 x {:?}: median {:.3}, quartiles {:.3}-{:.3}, rounds {}",
+            lib.name(),
+            rounds,
+            SLICE,
+            q(0.5),
+            q(0.25),
+            q(0.75),
+            ratios
+                .iter()
+                .map(|r| format!("{r:.2}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
 }
 
 /// The bare `EVALSHA` of the token bucket's own script with the arguments
@@ -888,9 +898,10 @@ async fn throughput_run(a: &Args, q: &Quotas, server: &RedisServer, book: &mut B
     let tb = q.ours(AlgorithmKind::TokenBucket);
     if a.ratio_only {
         for lib in Lib::all() {
+            let store = ours_store(lib, &url, &tb, m, k).await;
             let limiter = ours_limiter(lib, &url, &tb, m, k).await;
             let bare = bare_token_bucket(lib, &url, &tb, k, m).await;
-            interleaved_ratio(lib, &limiter, &bare, n, m, k, s).await;
+            interleaved_ratio(lib, &store, &limiter, &bare, n, m, k, s).await;
         }
         return;
     }
