@@ -377,17 +377,21 @@ impl Engine {
             .deadline
             .instant_from(start)
             .map_or(own, |d| d.min(own));
-        match self.attempt(transport, request, start, deadline).await {
-            Err(StoreError::Expired) if refused_early(start, deadline, Instant::now()) => {
-                tracing::debug!(
-                    "the server refused a rate-limit call as expired while its caller still waits: \
-                     its clock offset was stale; sent once more"
-                );
-                self.attempt(transport, request, Instant::now(), deadline)
-                    .await
-            }
-            result => result,
+        let first = self.attempt(transport, request, start, deadline).await;
+        if !(matches!(first, Err(StoreError::Expired))
+            && refused_early(start, deadline, Instant::now()))
+        {
+            return first;
         }
+        // Gone before the second attempt: the two attempts' futures and
+        // the first's result share their room in this future.
+        drop(first);
+        tracing::debug!(
+            "the server refused a rate-limit call as expired while its caller still waits: \
+             its clock offset was stale; sent once more"
+        );
+        self.attempt(transport, request, Instant::now(), deadline)
+            .await
     }
 
     /// One sending of `request` (received, or sent again, at `start`;

@@ -269,17 +269,25 @@ impl Limiter {
         // The key moves into the future (inline when short: nothing on the
         // heap for it), which is instrumented only when a subscriber takes
         // its span.
+        // Written out in each arm, the future is built where it is boxed
+        // (bound to a local first, it was moved twice).
         let key = KeyBuf::new(&self.inner.prefix, caller);
-        let future = async move {
-            let key = key.as_slice();
-            match left {
-                Left::Failed(failure) => self.after_failure(index, quota, key, cost, failure).await,
-                Left::Pending => self.one_async(index, quota, key, cost).await,
-            }
-        };
+        macro_rules! later {
+            () => {
+                async move {
+                    let key = key.as_slice();
+                    match left {
+                        Left::Failed(failure) => {
+                            self.after_failure(index, quota, key, cost, failure).await
+                        }
+                        Left::Pending => self.one_async(index, quota, key, cost).await,
+                    }
+                }
+            };
+        }
         match telemetry::span_if_enabled(&self.inner.namespace) {
-            Some(span) => Check::pending(future.instrument(span)),
-            None => Check::pending(future),
+            Some(span) => Check::pending(later!().instrument(span)),
+            None => Check::pending(later!()),
         }
     }
 
