@@ -329,14 +329,14 @@ impl Drop for Lead<'_> {
 /// and returns the wait for its decisions until `deadline`: a future that
 /// holds only the reply's receiver and its timer (the request went into
 /// the queue before it), so the caller's own future stays small.
-pub(crate) fn enqueue(
+pub(crate) fn enqueue<'a>(
     engine: &Engine,
     transport: &Arc<dyn Transport>,
-    domain: &Arc<Domain>,
+    domain: &'a Arc<Domain>,
     request: Request,
     start: Instant,
     deadline: Instant,
-) -> impl std::future::Future<Output = Result<Decisions, StoreError>> + Send + 'static {
+) -> impl std::future::Future<Output = Result<Decisions, StoreError>> + Send + 'a {
     let (tx, rx) = oneshot::channel();
     let now = engine.domains_base();
     let item = Item {
@@ -358,7 +358,6 @@ pub(crate) fn enqueue(
             Arc::clone(domain),
         ));
     }
-    let domain = Arc::clone(domain);
     async move {
         match tokio::time::timeout_at(deadline.into(), rx).await {
             Ok(Ok(result)) => result,

@@ -84,8 +84,8 @@ impl<'a> Check<'a> {
         }
     }
 
-    /// Inlined, so that the future is moved once, into its box, not first
-    /// into this function's argument.
+    /// Inlined into the caller that builds the future, which is then moved
+    /// once, into its box.
     #[inline(always)]
     pub(crate) fn pending(future: impl Future<Output = Decision> + Send + 'a) -> Self {
         Self(Repr::Pending(Box::pin(future)))

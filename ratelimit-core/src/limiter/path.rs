@@ -268,9 +268,10 @@ impl Limiter {
     ) -> Check<'a> {
         // The key moves into the future (inline when short: nothing on the
         // heap for it), which is instrumented only when a subscriber takes
-        // its span.
-        // Written out in each arm, the future is built where it is boxed
-        // (bound to a local first, it was moved twice).
+        // its span. The future is written out in each arm so that it is
+        // built where it is boxed (bound to a local first, it was moved
+        // twice). A failure ends the store's part before the degraded
+        // path starts: the two futures share their room, nothing boxed.
         let key = KeyBuf::new(&self.inner.prefix, caller);
         macro_rules! later {
             () => {
@@ -280,7 +281,12 @@ impl Limiter {
                         Left::Failed(failure) => {
                             self.after_failure(index, quota, key, cost, failure).await
                         }
-                        Left::Pending => self.one_async(index, quota, key, cost).await,
+                        Left::Pending => match self.one_async(index, quota, key, cost).await {
+                            Ok(d) => d,
+                            Err(failure) => {
+                                self.after_failure(index, quota, key, cost, failure).await
+                            }
+                        },
                     }
                 }
             };
@@ -365,8 +371,15 @@ impl Limiter {
         }
     }
 
-    /// One quota through the store's future.
-    async fn one_async(&self, index: usize, quota: &Quota, key: &[u8], cost: u64) -> Decision {
+    /// One quota through the store's future; a failure is handed back for
+    /// [`Limiter::after_failure`].
+    async fn one_async(
+        &self,
+        index: usize,
+        quota: &Quota,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, Failure> {
         let inner = &*self.inner;
         let shadow = inner.shadow.get(index).copied().unwrap_or(false);
         let now = self.now_if_needed();
@@ -374,7 +387,7 @@ impl Limiter {
         if !shadow {
             if let Some(d) = self.cached_denial(index, quota, key, cost, now) {
                 self.count(&d, quota);
-                return d;
+                return Ok(d);
             }
         }
         let charges = [Charge {
@@ -382,20 +395,13 @@ impl Limiter {
             cost,
             shadow: false,
         }];
-        match self
+        let mut d = self
             .ask(key, &charges, now)
             .await
-            .and_then(|ds| first(ds).map_err(|e| self.failed(Failure::Error(e), None)))
-        {
-            Ok(mut d) => {
-                self.accept(index, quota, key, cost, shadow, now, &mut d);
-                self.count(&d, quota);
-                d
-            }
-            // Boxed: the degraded path's future (the fallback store's
-            // call) is not carried by every decision's future.
-            Err(failure) => Box::pin(self.after_failure(index, quota, key, cost, failure)).await,
-        }
+            .and_then(|ds| first(ds).map_err(|e| self.failed(Failure::Error(e), None)))?;
+        self.accept(index, quota, key, cost, shadow, now, &mut d);
+        self.count(&d, quota);
+        Ok(d)
     }
 
     /// Several quotas, all or nothing, in one store request.
