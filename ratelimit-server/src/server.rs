@@ -209,6 +209,11 @@ pub fn watch_config(
     options: LoadOptions,
 ) -> notify::Result<ConfigWatch> {
     use notify::Watcher;
+    // What the files hold now, read before the watch starts: a change made
+    // between here and the watch task's first turn is then seen as one
+    // (read in the task, it would be taken for the files' old state and
+    // the change skipped as no change).
+    let mut last = fingerprint(&paths);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<bool>();
     let event_tx = tx.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -239,7 +244,6 @@ pub fn watch_config(
         }
     });
     let task = tokio::spawn(async move {
-        let mut last = fingerprint(&paths);
         while let Some(forced) = rx.recv().await {
             // Let a burst of events (an editor's write, rename and chmod)
             // settle, then read once.

@@ -23,14 +23,22 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 fn config_file(dir: &std::path::Path, rpu: u32) -> std::path::PathBuf {
-    let path = dir.join("edge.yaml");
-    std::fs::write(
-        &path,
-        format!(
+    write_whole(
+        dir,
+        &format!(
             "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: hour\n      requests_per_unit: {rpu}\n"
         ),
     )
-    .expect("write config");
+}
+
+/// Replaces `edge.yaml` in `dir` with `text` at once (written beside it,
+/// then renamed over it, as editors and ConfigMaps do), so that the
+/// watching server never reads a half-written file.
+fn write_whole(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+    let path = dir.join("edge.yaml");
+    let part = dir.join(".edge.yaml.part");
+    std::fs::write(&part, text).expect("write config");
+    std::fs::rename(&part, &path).expect("rename config");
     path
 }
 
@@ -203,7 +211,10 @@ fn a_changed_file_is_reloaded_and_a_bad_one_is_kept_out() {
 
     // A file with a mistake: the service keeps the previous configuration
     // and says why.
-    std::fs::write(&path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n").expect("write");
+    write_whole(
+        &dir,
+        "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n",
+    );
     let logged = eventually(Duration::from_secs(20), || {
         server
             .log()
