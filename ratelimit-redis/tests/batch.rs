@@ -1,7 +1,8 @@
 //! Group commit: decisions waiting for the same connection go out as one
 //! script call. Many callers at once on one store make far fewer script
 //! calls than decisions, and every decision is still exact: a quota of L
-//! admits exactly L of them under a frozen clock.
+//! admits exactly L of them under a frozen clock (and, on the server's
+//! clock, a bucket that barely refills during the test).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -148,4 +149,64 @@ async fn batches_on_the_server_clock_stay_exact() {
     let calls = script_calls(&server) - before;
     assert!(calls * 2 < 4_000, "{calls} script calls: no batching");
     assert_eq!(admitted.load(Ordering::Relaxed), 1_000);
+}
+
+/// Calls as large as the default bound ([`engine::DEFAULT_MAX_BATCH`]):
+/// 2,000 callers at once, half on one hot key, still exact, and the calls
+/// carry hundreds of requests each (the script reads them with one `MGET`
+/// and writes them in one run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_default_batches_stay_exact() {
+    use ratelimit_redis::engine;
+    let server = RedisServer::start_local();
+    let store = Arc::new(
+        RedisStore::builder(server.url())
+            .prefix(server.prefix())
+            .timeout(Duration::from_secs(10))
+            .build()
+            .await
+            .expect("connect"),
+    );
+    let limit = 700;
+    let q = Arc::new(Quota::token_bucket(Rate::per_hour(1), limit).unwrap());
+    let before = script_calls(&server);
+    let admitted = Arc::new(AtomicU64::new(0));
+    let gate = Arc::new(tokio::sync::Barrier::new(2_000));
+    let mut tasks = Vec::new();
+    for t in 0..2_000u32 {
+        let (store, q, admitted, gate) = (store.clone(), q.clone(), admitted.clone(), gate.clone());
+        tasks.push(tokio::spawn(async move {
+            gate.wait().await;
+            for i in 0..2u32 {
+                let key = if (t + i) % 2 == 0 {
+                    "hot".to_owned()
+                } else {
+                    format!("c{t}")
+                };
+                let d = store
+                    .decide_one(key.as_bytes(), &q, 1)
+                    .await
+                    .expect("decided");
+                if key == "hot" {
+                    admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let calls = script_calls(&server) - before;
+    let decisions = 2_000 * 2;
+    println!(
+        "{decisions} decisions in {calls} script calls ({:.1} per call, at most {})",
+        decisions as f64 / calls as f64,
+        engine::DEFAULT_MAX_BATCH
+    );
+    assert!(
+        calls * 64 < decisions,
+        "{calls} script calls for {decisions} decisions: batches of under 64"
+    );
+    // 2,000 attempts on the hot key, a bucket of 700 refilling one an hour.
+    assert_eq!(admitted.load(Ordering::Relaxed), limit);
 }
