@@ -505,9 +505,8 @@ async fn send_once(
     };
     let call = Arc::new(call);
     let start = Instant::now();
-    let deadline = engine.reply_bound(deadline, start);
     let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
-    let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
+    let (outcome, deadline) = engine.await_reply(domain, &mut eval, deadline, start).await;
     let received = Instant::now();
     if !key_counts.is_empty() && matches!(&outcome, Ok(Err(e)) if Straddles::is(e)) {
         // Refused unrun: the node neither failed nor counted anything.

@@ -227,22 +227,75 @@ impl Engine {
         self.timeout = timeout;
     }
 
-    /// Bounds each call's wait for its node's reply, from its sending, by
-    /// `timeout` too (default none: the request's deadline and
-    /// [`Engine::timeout`] alone). A store whose connection arms no timer
-    /// of its own per command sets it to its response timeout, so that one
-    /// timer (the engine's, raced against the earliest of the bounds) ends
-    /// each call.
+    /// Bounds each call's wait for its node's reply by `timeout` of the
+    /// node's silence (default none: the request's deadline and
+    /// [`Engine::timeout`] alone): a call is given up once `timeout` has
+    /// passed since its sending and since the node's last reply to any
+    /// call. A store whose connection arms no
+    /// timer of its own per command sets it to its response timeout, so
+    /// that one timer (the engine's, raced against the earliest of the
+    /// bounds) ends each call.
     pub fn set_reply_timeout(&mut self, timeout: Option<Duration>) {
         self.reply_timeout = timeout;
     }
 
     /// When a call sent at `sent` to answer a request due at `deadline` is
-    /// given up: at the deadline, or at the reply timeout from `sent` if
-    /// earlier (see [`Engine::set_reply_timeout`]).
+    /// first given up: at the deadline, or at the reply timeout from `sent`
+    /// if earlier (see [`Engine::set_reply_timeout`]; [`Engine::await_reply`]
+    /// waits on past it while the node keeps replying).
     pub(crate) fn reply_bound(&self, deadline: Instant, sent: Instant) -> Instant {
         self.reply_timeout
             .map_or(deadline, |reply| deadline.min(sent + reply))
+    }
+
+    /// Awaits a call sent at `sent` whose callers wait until `deadline`.
+    /// The reply timeout is a bound on the node's silence, not on one call:
+    /// when it passes (from the sending) before the deadline while the node
+    /// has replied to other calls within it, the call waits behind a busy
+    /// node's replies (calls pipelined on one connection are answered in
+    /// order; under load a large batch ahead takes milliseconds) and the
+    /// wait goes on, until the node has been silent for the reply timeout
+    /// or the deadline comes. Returns the outcome and when the wait was
+    /// due to end (for [`Engine::judge`]).
+    pub(crate) async fn await_reply(
+        &self,
+        domain: &Domain,
+        eval: &mut Eval,
+        deadline: Instant,
+        sent: Instant,
+    ) -> (
+        Result<Result<Vec<i64>, StoreError>, tokio::time::error::Elapsed>,
+        Instant,
+    ) {
+        let mut bound = self.reply_bound(deadline, sent);
+        loop {
+            match tokio::time::timeout_at(bound.into(), &mut *eval).await {
+                Ok(reply) => return (Ok(reply), bound),
+                Err(elapsed) => match self.progress_bound(domain, bound, deadline) {
+                    Some(later) => bound = later,
+                    None => return (Err(elapsed), bound),
+                },
+            }
+        }
+    }
+
+    /// The later bound a call given up at `bound` waits on to, when the
+    /// node replied within the reply timeout before it (progress), at most
+    /// `deadline`; `None`: the node was silent that long, or no time is
+    /// left.
+    fn progress_bound(
+        &self,
+        domain: &Domain,
+        bound: Instant,
+        deadline: Instant,
+    ) -> Option<Instant> {
+        let reply = self.reply_timeout?;
+        let last = domain.last_reply();
+        if last == 0 {
+            return None;
+        }
+        let next = (self.domains_base() + Duration::from_micros(last) + reply).min(deadline);
+        (next > bound).then_some(next)
     }
 
     /// Bounds the script calls waiting on one node at once (at least 1): a
@@ -495,9 +548,8 @@ impl Engine {
         // The reply is awaited until the deadline, or the reply timeout
         // from its sending if earlier (a lone call goes as its request
         // arrives: `start`, no second clock read).
-        let deadline = self.reply_bound(deadline, start);
         let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
-        let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
+        let (outcome, deadline) = self.await_reply(domain, &mut eval, deadline, start).await;
         let received = Instant::now();
         if outcome.is_err() {
             // The caller gives up; the request may still be answered. Follow

@@ -18,7 +18,7 @@ use ratelimit_core::{Clock, StoreError};
 use crate::engine::{DEFAULT_MAX_IN_FLIGHT, Engine};
 use crate::keys;
 
-/// Default time to wait for each reply: 30 ms.
+/// Default response timeout: 30 ms (see [`Options::response_timeout`]).
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_millis(30);
 /// Default time to wait for each connection attempt: 50 ms.
 pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_millis(50);
@@ -36,8 +36,11 @@ pub struct Options {
     /// The injected clock, for tests and replays (default none: Redis'
     /// own `TIME`).
     pub clock: Option<Arc<dyn Clock>>,
-    /// How long the client waits for each reply (default
-    /// [`DEFAULT_RESPONSE_TIMEOUT`]).
+    /// How long a call waits for its node's reply while the node is silent
+    /// (default [`DEFAULT_RESPONSE_TIMEOUT`]): a single-node store gives a
+    /// call up once this long has passed since its sending *and* since the
+    /// node's last reply to any call, so that a call behind a busy node's
+    /// other replies waits on, up to its caller's deadline.
     pub response_timeout: Duration,
     /// How long the client waits for each connection attempt (default
     /// [`DEFAULT_CONNECTION_TIMEOUT`]).
@@ -111,12 +114,18 @@ macro_rules! options_setters {
             self
         }
 
-        /// How long to wait for each reply from a node (default
+        /// How long a call waits for a node's reply while the node is
+        /// silent (default
         /// [`DEFAULT_RESPONSE_TIMEOUT`](crate::DEFAULT_RESPONSE_TIMEOUT)).
         /// redis-rs waits forever unless told. The single-node store races
         /// each call against it, from the call's sending, with its own one
         /// timer per call (with the request's deadline and the store's
-        /// bound); the cluster store sets it on each node's connection.
+        /// bound); when it passes while the node has replied to other calls
+        /// within it (the call waits behind them: a connection answers in
+        /// order, and a large batch ahead takes milliseconds under load),
+        /// the call waits on, up to the request's deadline, until the node
+        /// has been silent this long. The cluster store sets it on each
+        /// node's connection, per command.
         pub fn response_timeout(mut self, timeout: ::std::time::Duration) -> Self {
             self.options.response_timeout = timeout;
             self

@@ -52,6 +52,10 @@
 //! what a call straight at the store for one of them answers every 100 ms
 //! (the error text says which breaker is open and why).
 //!
+//! With `RUST_LOG` set (for example `RUST_LOG=warn`), the library's own
+//! log lines go to stderr: the limiter's "store failed" warning (at most
+//! once a second) names the error behind the fallback's decisions.
+//!
 //! The Redis restart (time from the server accepting connections again to
 //! the store's first answer) is `dead_redis`.
 
@@ -1058,6 +1062,12 @@ fn machine() -> String {
 
 #[tokio::main]
 async fn main() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let a = parse_args();
     println!("## under_faults: {} run(s)\n", a.runs);
     println!("Machine: {}\n", machine());

@@ -1,0 +1,130 @@
+//! The reply timeout bounds a node's silence, not one call: a call that
+//! waits behind the node's other replies (calls on one connection are
+//! answered in order, and under load a large batch ahead of it takes
+//! milliseconds) waits on past the reply timeout, up to its caller's
+//! deadline, for as long as the node keeps replying; a node silent for the
+//! reply timeout is given up on then. Checked on the engine with
+//! transports that answer on a schedule (no server: the timing is the
+//! subject), in real time with bounded waits.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use ratelimit_core::store::Request;
+use ratelimit_core::{Charge, Quota, Rate, StoreError};
+use ratelimit_redis::engine::{Engine, Transport};
+use ratelimit_redis::scripts::Call;
+
+/// How long the node may stay silent before a call is given up.
+const REPLY_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Answers calls in the order they came, one every `every` from the first
+/// call's sending; calls from number `silent_from` on are never answered.
+struct Paced {
+    every: Duration,
+    silent_from: u32,
+    sent: AtomicU32,
+    first: std::sync::OnceLock<Instant>,
+}
+
+impl Paced {
+    fn new(every: Duration, silent_from: u32) -> Self {
+        Self {
+            every,
+            silent_from,
+            sent: AtomicU32::new(0),
+            first: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for Paced {
+    async fn eval(
+        self: Arc<Self>,
+        call: Arc<Call>,
+        _deadline: Instant,
+    ) -> Result<Vec<i64>, StoreError> {
+        let n = self.sent.fetch_add(1, Ordering::SeqCst);
+        let first = *self.first.get_or_init(Instant::now);
+        if n >= self.silent_from {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep_until((first + self.every * (n + 1)).into()).await;
+        // Every request admitted: 4 integers each (a lone call, no TIME).
+        Ok((0..call.requests).flat_map(|_| [1, 0, 0, -1]).collect())
+    }
+
+    fn domain(&self, _slot: u16) -> Arc<str> {
+        Arc::from("paced")
+    }
+}
+
+/// An engine whose decisions wait up to `timeout`, every request its own
+/// call (all in flight at once on the node), and the reply timeout.
+fn engine(timeout: Duration) -> Engine {
+    let mut engine = Engine::new(timeout, 1);
+    engine.set_max_batch(1);
+    engine.set_reply_timeout(Some(REPLY_TIMEOUT));
+    engine
+}
+
+async fn decide(
+    engine: &Engine,
+    transport: &Arc<dyn Transport>,
+    key: &str,
+) -> Result<bool, StoreError> {
+    let q = Quota::fixed_window(Rate::per_hour(1_000)).unwrap();
+    let charges = [Charge::new(&q, 1)];
+    engine
+        .decide(transport, Request::new(key.as_bytes(), &charges))
+        .await
+        .map(|d| d[0].allowed)
+}
+
+/// Eight calls in flight at once, answered one every 50 ms: the last ones
+/// come back 300-400 ms after their sending, past the 200 ms reply
+/// timeout, and are still answered, because the node replied within the
+/// reply timeout all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_behind_a_busy_nodes_replies_waits_past_the_reply_timeout() {
+    let engine = engine(Duration::from_secs(10));
+    let transport: Arc<dyn Transport> = Arc::new(Paced::new(Duration::from_millis(50), u32::MAX));
+    let started = Instant::now();
+    let mut callers = Vec::new();
+    for i in 0..8 {
+        let (engine, transport) = (engine.clone(), Arc::clone(&transport));
+        callers.push(tokio::spawn(async move {
+            decide(&engine, &transport, &format!("c{i}")).await
+        }));
+    }
+    for (i, c) in callers.into_iter().enumerate() {
+        let r = c.await.expect("caller");
+        assert!(matches!(r, Ok(true)), "call {i}: {r:?}");
+    }
+    // The last reply came after the reply timeout: the wait went on past it.
+    assert!(
+        started.elapsed() > REPLY_TIMEOUT,
+        "the calls were answered within the reply timeout: this test checks nothing"
+    );
+}
+
+/// A node that answers one call and then nothing: the second call is given
+/// up once the node has been silent for the reply timeout, long before its
+/// caller's deadline (30 s), as a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_is_given_up_at_the_reply_timeout() {
+    let engine = engine(Duration::from_secs(30));
+    let transport: Arc<dyn Transport> = Arc::new(Paced::new(Duration::from_millis(10), 1));
+    assert!(matches!(decide(&engine, &transport, "a").await, Ok(true)));
+    let started = Instant::now();
+    let r = decide(&engine, &transport, "b").await;
+    assert!(matches!(r, Err(StoreError::Timeout(_))), "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "a silent node held its call {:?}, not the reply timeout",
+        started.elapsed()
+    );
+}
