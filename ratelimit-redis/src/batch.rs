@@ -506,7 +506,13 @@ async fn send_once(
     let call = Arc::new(call);
     let start = Instant::now();
     let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
-    let (outcome, deadline) = engine.await_reply(domain, &mut eval, deadline, start).await;
+    let mut bound = engine.reply_bound(deadline, start);
+    let mut outcome = tokio::time::timeout_at(bound.into(), &mut eval).await;
+    if let Err(elapsed) = outcome {
+        (outcome, bound) =
+            Box::pin(engine.wait_on(domain, &mut eval, elapsed, bound, deadline)).await;
+    }
+    let deadline = bound;
     let received = Instant::now();
     if !key_counts.is_empty() && matches!(&outcome, Ok(Err(e)) if Straddles::is(e)) {
         // Refused unrun: the node neither failed nor counted anything.

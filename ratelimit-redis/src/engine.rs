@@ -25,6 +25,7 @@ use crate::domains::{Domain, Domains, STALL_AFTER};
 use crate::error;
 use crate::keys;
 use crate::scripts::{self, Call};
+use tokio::time::error::Elapsed;
 
 /// Whether a refusal as expired received at `now`, for a request received
 /// at `start` whose caller waits until `deadline`, came back while more than
@@ -241,40 +242,40 @@ impl Engine {
 
     /// When a call sent at `sent` to answer a request due at `deadline` is
     /// first given up: at the deadline, or at the reply timeout from `sent`
-    /// if earlier (see [`Engine::set_reply_timeout`]; [`Engine::await_reply`]
+    /// if earlier (see [`Engine::set_reply_timeout`]; [`Engine::wait_on`]
     /// waits on past it while the node keeps replying).
     pub(crate) fn reply_bound(&self, deadline: Instant, sent: Instant) -> Instant {
         self.reply_timeout
             .map_or(deadline, |reply| deadline.min(sent + reply))
     }
 
-    /// Awaits a call sent at `sent` whose callers wait until `deadline`.
-    /// The reply timeout is a bound on the node's silence, not on one call:
-    /// when it passes (from the sending) before the deadline while the node
-    /// has replied to other calls within it, the call waits behind a busy
-    /// node's replies (calls pipelined on one connection are answered in
-    /// order; under load a large batch ahead takes milliseconds) and the
-    /// wait goes on, until the node has been silent for the reply timeout
-    /// or the deadline comes. Returns the outcome and when the wait was
-    /// due to end (for [`Engine::judge`]).
-    pub(crate) async fn await_reply(
+    /// The rest of a call's wait once its first bound (see
+    /// [`Engine::reply_bound`]) passed with no reply. The reply timeout
+    /// bounds the node's silence, not one call: while the node has replied
+    /// to other calls within it, the call waits behind a busy node's
+    /// replies (calls pipelined on one connection are answered in order;
+    /// under load a large batch ahead takes milliseconds) and the wait
+    /// goes on, until the node has been silent for the reply timeout or
+    /// `deadline` comes. Returns the outcome and when the wait was due to
+    /// end (for [`Engine::judge`]). Only a call past its first bound comes
+    /// here (boxed by its caller: the common call's future stays as small
+    /// as a single timer's).
+    pub(crate) async fn wait_on(
         &self,
         domain: &Domain,
         eval: &mut Eval,
+        mut elapsed: Elapsed,
+        mut bound: Instant,
         deadline: Instant,
-        sent: Instant,
-    ) -> (
-        Result<Result<Vec<i64>, StoreError>, tokio::time::error::Elapsed>,
-        Instant,
-    ) {
-        let mut bound = self.reply_bound(deadline, sent);
+    ) -> (Outcome, Instant) {
         loop {
+            let Some(later) = self.progress_bound(domain, bound, deadline) else {
+                return (Err(elapsed), bound);
+            };
+            bound = later;
             match tokio::time::timeout_at(bound.into(), &mut *eval).await {
                 Ok(reply) => return (Ok(reply), bound),
-                Err(elapsed) => match self.progress_bound(domain, bound, deadline) {
-                    Some(later) => bound = later,
-                    None => return (Err(elapsed), bound),
-                },
+                Err(e) => elapsed = e,
             }
         }
     }
@@ -549,7 +550,13 @@ impl Engine {
         // from its sending if earlier (a lone call goes as its request
         // arrives: `start`, no second clock read).
         let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
-        let (outcome, deadline) = self.await_reply(domain, &mut eval, deadline, start).await;
+        let mut bound = self.reply_bound(deadline, start);
+        let mut outcome = tokio::time::timeout_at(bound.into(), &mut eval).await;
+        if let Err(elapsed) = outcome {
+            (outcome, bound) =
+                Box::pin(self.wait_on(domain, &mut eval, elapsed, bound, deadline)).await;
+        }
+        let deadline = bound;
         let received = Instant::now();
         if outcome.is_err() {
             // The caller gives up; the request may still be answered. Follow
@@ -643,7 +650,7 @@ impl Engine {
     pub(crate) fn judge(
         &self,
         domain: &Arc<Domain>,
-        outcome: Result<Result<Vec<i64>, StoreError>, tokio::time::error::Elapsed>,
+        outcome: Outcome,
         start: Instant,
         deadline: Instant,
         received: Instant,
@@ -716,6 +723,9 @@ const FOLLOW_AT_MOST: Duration = Duration::from_secs(30);
 
 /// The future of one script call.
 pub(crate) type Eval = EvalOf<'static>;
+
+/// How a call's wait ended: its reply (or error), or its timer.
+pub(crate) type Outcome = Result<Result<Vec<i64>, StoreError>, Elapsed>;
 
 /// The future [`Transport::eval`] returns (as `async_trait` writes it, so
 /// that an implementation may box its future itself).
