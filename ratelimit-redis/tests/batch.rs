@@ -28,6 +28,41 @@ fn script_calls(server: &RedisServer) -> u64 {
         .sum()
 }
 
+/// Starts `callers` tasks at once (all spawned before any decides), each
+/// deciding `each` times on `q` for the key `key(caller, i)`; returns how
+/// many of the decisions on the key `hot` admitted.
+async fn hot_admissions(
+    store: &Arc<RedisStore>,
+    q: &Arc<Quota>,
+    callers: u32,
+    each: u32,
+    key: fn(u32, u32) -> String,
+) -> u64 {
+    let admitted = Arc::new(AtomicU64::new(0));
+    let gate = Arc::new(tokio::sync::Barrier::new(callers as usize));
+    let mut tasks = Vec::new();
+    for t in 0..callers {
+        let (store, q, admitted, gate) = (store.clone(), q.clone(), admitted.clone(), gate.clone());
+        tasks.push(tokio::spawn(async move {
+            gate.wait().await;
+            for i in 0..each {
+                let key = key(t, i);
+                let d = store
+                    .decide_one(key.as_bytes(), &q, 1)
+                    .await
+                    .expect("decided");
+                if key == "hot" {
+                    admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    admitted.load(Ordering::Relaxed)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_callers_share_script_calls_and_stay_exact() {
     let server = RedisServer::start_local();
@@ -44,31 +79,15 @@ async fn many_callers_share_script_calls_and_stay_exact() {
     let limit = 1_000;
     let q = Arc::new(Quota::fixed_window(Rate::per_hour(limit)).unwrap());
     let before = script_calls(&server);
-    let admitted = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for t in 0..200u32 {
-        let (store, q, admitted) = (store.clone(), q.clone(), admitted.clone());
-        tasks.push(tokio::spawn(async move {
-            for i in 0..20u32 {
-                // Half on one hot key, half on keys of their own.
-                let key = if i % 2 == 0 {
-                    "hot".to_owned()
-                } else {
-                    format!("c{t}-{i}")
-                };
-                let d = store
-                    .decide_one(key.as_bytes(), &q, 1)
-                    .await
-                    .expect("decided");
-                if key == "hot" {
-                    admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    // Half on one hot key, half on keys of their own.
+    let admitted = hot_admissions(&store, &q, 200, 20, |t, i| {
+        if i % 2 == 0 {
+            "hot".to_owned()
+        } else {
+            format!("c{t}-{i}")
+        }
+    })
+    .await;
     let calls = script_calls(&server) - before;
     let decisions = 200 * 20;
     println!(
@@ -80,7 +99,7 @@ async fn many_callers_share_script_calls_and_stay_exact() {
         "{calls} script calls for {decisions} decisions: no batching"
     );
     // 2,000 calls on the hot key under a frozen clock, limit 1,000.
-    assert_eq!(admitted.load(Ordering::Relaxed), limit);
+    assert_eq!(admitted, limit);
 }
 
 /// With batching off (`with_max_batch(1)`) every decision is its own call.
@@ -132,23 +151,10 @@ async fn batches_on_the_server_clock_stay_exact() {
     );
     let q = Arc::new(Quota::token_bucket(Rate::per_hour(1), 1_000).unwrap());
     let before = script_calls(&server);
-    let admitted = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..200u32 {
-        let (store, q, admitted) = (store.clone(), q.clone(), admitted.clone());
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..20u32 {
-                let d = store.decide_one(b"hot", &q, 1).await.expect("decided");
-                admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    let admitted = hot_admissions(&store, &q, 200, 20, |_, _| "hot".to_owned()).await;
     let calls = script_calls(&server) - before;
     assert!(calls * 2 < 4_000, "{calls} script calls: no batching");
-    assert_eq!(admitted.load(Ordering::Relaxed), 1_000);
+    assert_eq!(admitted, 1_000);
 }
 
 /// Calls as large as the default bound ([`engine::DEFAULT_MAX_BATCH`]):
@@ -170,32 +176,15 @@ async fn full_default_batches_stay_exact() {
     let limit = 700;
     let q = Arc::new(Quota::token_bucket(Rate::per_hour(1), limit).unwrap());
     let before = script_calls(&server);
-    let admitted = Arc::new(AtomicU64::new(0));
-    let gate = Arc::new(tokio::sync::Barrier::new(2_000));
-    let mut tasks = Vec::new();
-    for t in 0..2_000u32 {
-        let (store, q, admitted, gate) = (store.clone(), q.clone(), admitted.clone(), gate.clone());
-        tasks.push(tokio::spawn(async move {
-            gate.wait().await;
-            for i in 0..2u32 {
-                let key = if (t + i) % 2 == 0 {
-                    "hot".to_owned()
-                } else {
-                    format!("c{t}")
-                };
-                let d = store
-                    .decide_one(key.as_bytes(), &q, 1)
-                    .await
-                    .expect("decided");
-                if key == "hot" {
-                    admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    // Each caller once on the hot key and once on its own.
+    let admitted = hot_admissions(&store, &q, 2_000, 2, |t, i| {
+        if (t + i) % 2 == 0 {
+            "hot".to_owned()
+        } else {
+            format!("c{t}")
+        }
+    })
+    .await;
     let calls = script_calls(&server) - before;
     let decisions = 2_000 * 2;
     println!(
@@ -208,5 +197,5 @@ async fn full_default_batches_stay_exact() {
         "{calls} script calls for {decisions} decisions: batches of under 64"
     );
     // 2,000 attempts on the hot key, a bucket of 700 refilling one an hour.
-    assert_eq!(admitted.load(Ordering::Relaxed), limit);
+    assert_eq!(admitted, limit);
 }
