@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use ratelimit_core::health::{Permit, late_after};
 use ratelimit_core::store::{Capabilities, Decisions, Request};
 use ratelimit_core::{CircuitBreaker, Clock, Micros, StoreError};
+use tokio::time::error::Elapsed;
 
 use crate::deadline::ServerClock;
 use crate::decode::{self, Reply};
@@ -25,7 +26,6 @@ use crate::domains::{Domain, Domains, STALL_AFTER};
 use crate::error;
 use crate::keys;
 use crate::scripts::{self, Call};
-use tokio::time::error::Elapsed;
 
 /// Whether a refusal as expired received at `now`, for a request received
 /// at `start` whose caller waits until `deadline`, came back while more than

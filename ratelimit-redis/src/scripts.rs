@@ -195,7 +195,8 @@ impl Script {
 
     /// `EVALSHA <sha1> <numkeys> <keys…> <args…>` of this script, or `EVAL`
     /// with the source when `source`, as a redis-rs command (the fred
-    /// backends build theirs with [`crate::fred::script_command`]).
+    /// backends build theirs with `fred::script_command`, under the `fred`
+    /// feature).
     pub fn command(&self, keys: &[String], args: &[Arg], source: bool) -> redis::Cmd {
         // Sized once: every argument's bytes, and a few for the count.
         let (name, script) = if source {

@@ -157,10 +157,13 @@ async fn batches_on_the_server_clock_stay_exact() {
     assert_eq!(admitted, 1_000);
 }
 
-/// Calls as large as the default bound ([`engine::DEFAULT_MAX_BATCH`]):
-/// 2,000 callers at once, half on one hot key, still exact, and the calls
-/// carry hundreds of requests each (the script reads them with one `MGET`
-/// and writes them in one run).
+/// Calls of hundreds of requests (the default bound,
+/// [`engine::DEFAULT_MAX_BATCH`], allows 512): 2,000 callers at once, each
+/// once on one hot key and once on its own, still exact. The calls carry
+/// 200-330 requests each on an idle machine (12-19 calls); the test asks
+/// for more than 64 a call on average, so that it checks large calls
+/// without depending on how the machine schedules them (the bound itself
+/// is a tuning choice, measured in BENCHMARKS.md, not checked here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_default_batches_stay_exact() {
     use ratelimit_redis::engine;
