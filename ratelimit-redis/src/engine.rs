@@ -256,10 +256,13 @@ impl Engine {
     /// replies (calls pipelined on one connection are answered in order;
     /// under load a large batch ahead takes milliseconds) and the wait
     /// goes on, until the node has been silent for the reply timeout or
-    /// `deadline` comes. Returns the outcome and when the wait was due to
-    /// end (for [`Engine::judge`]). Only a call past its first bound comes
-    /// here (boxed by its caller: the common call's future stays as small
-    /// as a single timer's).
+    /// `deadline` comes. A timer that fired late (this process was starved:
+    /// replies that came meanwhile may not have been read yet) is no
+    /// evidence of silence: the wait goes on for another reply timeout.
+    /// Returns the outcome and when the wait was due to end (for
+    /// [`Engine::judge`]). Only a call past its first bound comes here
+    /// (boxed by its caller: the common call's future stays as small as a
+    /// single timer's).
     pub(crate) async fn wait_on(
         &self,
         domain: &Domain,
@@ -269,7 +272,7 @@ impl Engine {
         deadline: Instant,
     ) -> (Outcome, Instant) {
         loop {
-            let Some(later) = self.progress_bound(domain, bound, deadline) else {
+            let Some(later) = self.progress_bound(domain, bound, deadline, Instant::now()) else {
                 return (Err(elapsed), bound);
             };
             bound = later;
@@ -280,17 +283,25 @@ impl Engine {
         }
     }
 
-    /// The later bound a call given up at `bound` waits on to, when the
-    /// node replied within the reply timeout before it (progress), at most
-    /// `deadline`; `None`: the node was silent that long, or no time is
-    /// left.
+    /// The later bound a call given up at `bound` (and woken at `now`)
+    /// waits on to, at most `deadline`: a reply timeout after the node's
+    /// last reply when it replied within the reply timeout before `bound`
+    /// (progress), or after `now` when the wake-up came later than
+    /// [`late_after`] the reply timeout past `bound` (this process was late;
+    /// replies it has not read yet would not show). `None`: the node was
+    /// silent that long, or no time is left.
     fn progress_bound(
         &self,
         domain: &Domain,
         bound: Instant,
         deadline: Instant,
+        now: Instant,
     ) -> Option<Instant> {
         let reply = self.reply_timeout?;
+        if now.saturating_duration_since(bound) > late_after(reply) {
+            let next = (now + reply).min(deadline);
+            return (next > now).then_some(next);
+        }
         let last = domain.last_reply();
         if last == 0 {
             return None;
@@ -811,5 +822,44 @@ mod tests {
             short,
             start + Duration::from_micros(600)
         ));
+    }
+
+    #[test]
+    fn a_late_wake_up_is_not_the_nodes_silence() {
+        let ms = Duration::from_millis;
+        let mut engine = Engine::new(ms(1_000), 1);
+        engine.set_reply_timeout(Some(ms(30)));
+        let domain = engine.domains().get("node");
+        let base = engine.domains_base();
+        // The node last replied 1 ms into the run; a call sent then was
+        // first given up at 31 ms.
+        domain.replied(1_000);
+        let bound = base + ms(31);
+        let deadline = base + ms(100);
+        // Woken on time: the node has been silent for the reply timeout.
+        assert_eq!(
+            engine.progress_bound(&domain, bound, deadline, bound + ms(1)),
+            None
+        );
+        // Woken 11 ms late (more than a quarter of the reply timeout): this
+        // process was starved, replies may be unread; another reply
+        // timeout from the wake-up, within the deadline.
+        let late = bound + ms(11);
+        assert_eq!(
+            engine.progress_bound(&domain, bound, deadline, late),
+            Some(late + ms(30))
+        );
+        assert_eq!(
+            engine.progress_bound(&domain, bound, base + ms(50), late),
+            Some(base + ms(50))
+        );
+        // Late past the deadline: nothing left to wait for.
+        assert_eq!(engine.progress_bound(&domain, bound, late, late), None);
+        // Progress: a reply 20 ms in moves the bound to 50 ms.
+        domain.replied(20_000);
+        assert_eq!(
+            engine.progress_bound(&domain, bound, deadline, bound),
+            Some(base + ms(50))
+        );
     }
 }

@@ -40,7 +40,9 @@ pub struct Options {
     /// (default [`DEFAULT_RESPONSE_TIMEOUT`]): a single-node store gives a
     /// call up once this long has passed since its sending *and* since the
     /// node's last reply to any call, so that a call behind a busy node's
-    /// other replies waits on, up to its caller's deadline.
+    /// other replies waits on, up to its caller's deadline (and so does a
+    /// call whose timer fired late, this process starved: the replies it
+    /// has not read yet would not show).
     pub response_timeout: Duration,
     /// How long the client waits for each connection attempt (default
     /// [`DEFAULT_CONNECTION_TIMEOUT`]).
