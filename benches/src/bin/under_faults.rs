@@ -45,7 +45,11 @@
 //! library's), `--max-batch B` (`RedisStore::with_max_batch`) and
 //! `--stores K` (the tasks spread over K stores, each its own connection
 //! and limiter), `--pipeline P` (`RedisStore::with_pipeline`) and
-//! `--client redis-rs|fred` (repeatable; default both).
+//! `--client redis-rs|fred` (repeatable; default both), and
+//! `--server-cpu N`: the `healthy` servers run on CPU `N` alone and this
+//! program (the load) on every other CPU (set with `taskset`, from
+//! util-linux), as a Redis on a host or a CPU reservation of its own would;
+//! by default the server and the load share every CPU.
 //!
 //! With `UNDER_FAULTS_TIMELINE=1` the `cluster` section also prints to
 //! stderr, per run, the healthy masters' callers' decisions per 250 ms and
@@ -77,7 +81,8 @@ use ratelimit_testkit::redis_server::RedisServer;
 /// The options (see the module docs for what each section measures).
 const USAGE: &str = "usage: under_faults [--runs R] [--only healthy|servers|cluster]... \
 [--tasks N] [--seconds S] [--connections C] [--cluster-tasks N] [--server-bin PATH] \
-[--timeout-ms T]... [--max-batch B] [--stores K] [--pipeline P] [--client redis-rs|fred]...";
+[--timeout-ms T]... [--max-batch B] [--stores K] [--pipeline P] [--client redis-rs|fred]... \
+[--server-cpu N]";
 
 #[derive(Debug, Clone)]
 struct Args {
@@ -98,6 +103,9 @@ struct Args {
     /// The `healthy` limiters' timeouts, in ms: each a table of its own
     /// (default: the library's default only).
     timeouts: Vec<u64>,
+    /// The CPU the `healthy` servers run on alone (the load on the others);
+    /// `None`: every process on every CPU.
+    server_cpu: Option<usize>,
 }
 
 fn parse_args() -> Args {
@@ -118,6 +126,7 @@ fn parse_args() -> Args {
         clients: Vec::new(),
         stores: 1,
         timeouts: Vec::new(),
+        server_cpu: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -136,6 +145,7 @@ fn parse_args() -> Args {
             "--client" => a.clients.push(value()),
             "--stores" => a.stores = number(value()) as usize,
             "--timeout-ms" => a.timeouts.push(number(value()) as u64),
+            "--server-cpu" => a.server_cpu = Some(number(value()) as usize),
             "--bench" => {}
             other => ratelimit_benches::not_an_option(other, USAGE),
         }
@@ -424,6 +434,10 @@ async fn healthy_section(a: &Args) {
 
 async fn healthy_table(a: &Args, timeout: Option<Duration>) {
     let server = RedisServer::start_local();
+    if let Some(cpu) = a.server_cpu {
+        let pid = server.process().pid().expect("the server runs");
+        pin(pid, &cpu.to_string());
+    }
     let mut rows = Vec::new();
     for run in 1..=a.runs {
         for lib in libs(a) {
@@ -436,7 +450,7 @@ async fn healthy_table(a: &Args, timeout: Option<Duration>) {
         Some(t) => format!("timeout {} ms, other settings the defaults", t.as_millis()),
     };
     println!(
-        "### One healthy Redis, {} concurrent `Limiter::check` loops for {} s ({setting}; fallback at L / 2; {} store(s){})\n",
+        "### One healthy Redis, {} concurrent `Limiter::check` loops for {} s ({setting}; fallback at L / 2; {} store(s){}{})\n",
         a.tasks,
         a.seconds,
         a.stores.max(1),
@@ -444,6 +458,10 @@ async fn healthy_table(a: &Args, timeout: Option<Duration>) {
             format!(", batches of at most {}", a.max_batch)
         } else {
             String::new()
+        },
+        match a.server_cpu {
+            Some(cpu) => format!("; the server alone on CPU {cpu}, the load on the others"),
+            None => "; the server and the load on every CPU".to_owned(),
         }
     );
     println!(
@@ -1060,15 +1078,48 @@ fn machine() -> String {
     )
 }
 
-#[tokio::main]
-async fn main() {
+/// Sets the CPUs process `pid` and all its threads may run on (`cpus`, as
+/// `taskset` takes them: `1`, `0,2-3`).
+fn pin(pid: u32, cpus: &str) {
+    let status = Command::new("taskset")
+        .args(["--all-tasks", "--cpu-list", "--pid", cpus, &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("--server-cpu needs taskset (util-linux): {e}"));
+    assert!(status.success(), "taskset -apc {cpus} {pid}: {status}");
+}
+
+fn main() {
+    let a = parse_args();
+    if let Some(cpu) = a.server_cpu {
+        // Before the runtime's threads start: they inherit the CPUs, and
+        // the runtime sizes itself by them.
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        assert!(
+            cpu < cores && cores > 1,
+            "--server-cpu {cpu}: this machine has CPUs 0-{}; the load needs one other",
+            cores - 1
+        );
+        let others: Vec<String> = (0..cores)
+            .filter(|&c| c != cpu)
+            .map(|c| c.to_string())
+            .collect();
+        pin(std::process::id(), &others.join(","));
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(run(a));
+}
+
+async fn run(a: Args) {
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_writer(std::io::stderr)
             .init();
     }
-    let a = parse_args();
     println!("## under_faults: {} run(s)\n", a.runs);
     println!("Machine: {}\n", machine());
     let started = Instant::now();
