@@ -1091,6 +1091,8 @@ fn pin(pid: u32, cpus: &str) {
 
 fn main() {
     let a = parse_args();
+    // Read before the pinning below narrows the CPUs this process sees.
+    let machine = machine();
     if let Some(cpu) = a.server_cpu {
         // Before the runtime's threads start: they inherit the CPUs, and
         // the runtime sizes itself by them.
@@ -1110,10 +1112,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime")
-        .block_on(run(a));
+        .block_on(run(a, machine));
 }
 
-async fn run(a: Args) {
+async fn run(a: Args, machine: String) {
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -1121,7 +1123,7 @@ async fn run(a: Args) {
             .init();
     }
     println!("## under_faults: {} run(s)\n", a.runs);
-    println!("Machine: {}\n", machine());
+    println!("Machine: {machine}\n");
     let started = Instant::now();
     for section in a.sections.clone() {
         match section.as_str() {
