@@ -11,7 +11,9 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use common::{Server, descriptor, eventually, fixture, http, request, temp_dir};
+use common::{
+    Server, config_file, descriptor, eventually, fixture, http, request, temp_dir, write_whole,
+};
 
 const RLS: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
@@ -20,26 +22,6 @@ fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("runtime")
-}
-
-fn config_file(dir: &std::path::Path, rpu: u32) -> std::path::PathBuf {
-    write_whole(
-        dir,
-        &format!(
-            "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: hour\n      requests_per_unit: {rpu}\n"
-        ),
-    )
-}
-
-/// Replaces `edge.yaml` in `dir` with `text` at once (written beside it,
-/// then renamed over it, as editors and ConfigMaps do), so that the
-/// watching server never reads a half-written file.
-fn write_whole(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
-    let path = dir.join("edge.yaml");
-    let part = dir.join(".edge.yaml.part");
-    std::fs::write(&part, text).expect("write config");
-    std::fs::rename(&part, &path).expect("rename config");
-    path
 }
 
 #[test]

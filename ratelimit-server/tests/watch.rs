@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,22 +14,7 @@ use ratelimit_server::config::{Config, LoadOptions};
 use ratelimit_server::server::watch_config;
 use ratelimit_server::{RateLimitService, Settings};
 
-use common::temp_dir;
-
-/// Writes `edge.yaml` in `dir` whole (beside it, then renamed over it).
-fn write_config(dir: &Path, rpu: u32) -> std::path::PathBuf {
-    let path = dir.join("edge.yaml");
-    let part = dir.join(".edge.yaml.part");
-    std::fs::write(
-        &part,
-        format!(
-            "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: hour\n      requests_per_unit: {rpu}\n"
-        ),
-    )
-    .expect("write config");
-    std::fs::rename(&part, &path).expect("rename config");
-    path
-}
+use common::{config_file, temp_dir};
 
 fn limit(service: &RateLimitService) -> Option<u32> {
     service
@@ -42,7 +26,7 @@ fn limit(service: &RateLimitService) -> Option<u32> {
 #[test]
 fn a_change_before_the_watch_task_first_runs_is_reloaded() {
     let dir = temp_dir("watch-gap");
-    let path = write_config(&dir, 2);
+    let path = config_file(&dir, 2);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -60,7 +44,7 @@ fn a_change_before_the_watch_task_first_runs_is_reloaded() {
         assert_eq!(limit(&service), Some(2));
         let _watch = watch_config(service.clone(), paths, LoadOptions::default()).expect("watch");
         // No await since the watch started: its task has not run yet.
-        write_config(&dir, 50);
+        config_file(&dir, 50);
         // Bounded: the reload comes about 100 ms after the file's events.
         for _ in 0..200 {
             if limit(&service) == Some(50) {

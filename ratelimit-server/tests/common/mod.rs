@@ -234,3 +234,25 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
+
+/// Writes `edge.yaml` in `dir`: one descriptor (`remote_address`) of
+/// `rpu` requests an hour, written whole (see [`write_whole`]).
+pub fn config_file(dir: &std::path::Path, rpu: u32) -> std::path::PathBuf {
+    write_whole(
+        dir,
+        &format!(
+            "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: hour\n      requests_per_unit: {rpu}\n"
+        ),
+    )
+}
+
+/// Replaces `edge.yaml` in `dir` with `text` at once (written beside it,
+/// then renamed over it, as editors and ConfigMaps do), so that the
+/// watching server never reads a half-written file.
+pub fn write_whole(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+    let path = dir.join("edge.yaml");
+    let part = dir.join(".edge.yaml.part");
+    std::fs::write(&part, text).expect("write config");
+    std::fs::rename(&part, &path).expect("rename config");
+    path
+}
