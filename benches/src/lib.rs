@@ -173,6 +173,23 @@ pub fn not_an_option(arg: &str, usage: &str) -> ! {
     std::process::exit(2);
 }
 
+/// The machine as the load programs' reports name it: "N cores, <CPU
+/// model>" (the CPUs this process may run on, and `/proc/cpuinfo`'s first
+/// model name).
+pub fn cpus() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cores} cores, {cpu}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1047,16 +1047,6 @@ async fn cluster_section(a: &Args) {
 }
 
 fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
-            })
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let version = |cmd: &str| {
         Command::new(cmd)
             .arg("--version")
@@ -1072,7 +1062,8 @@ fn machine() -> String {
             .unwrap_or_default()
     };
     format!(
-        "{cores} cores, {cpu}; {}; {}",
+        "{}; {}; {}",
+        ratelimit_benches::cpus(),
         version("redis-server"),
         version("wrk")
     )
