@@ -173,9 +173,9 @@ pub fn not_an_option(arg: &str, usage: &str) -> ! {
     std::process::exit(2);
 }
 
-/// The machine as the load programs' reports name it: "N cores, <CPU
-/// model>" (the CPUs this process may run on, and `/proc/cpuinfo`'s first
-/// model name).
+/// The machine as the load programs' reports name it: `N cores, MODEL`
+/// (the CPUs this process may run on, and `/proc/cpuinfo`'s first model
+/// name).
 pub fn cpus() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
