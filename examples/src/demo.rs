@@ -182,10 +182,10 @@ pub async fn run(
             continue;
         }
         denied += 1;
-        if first_retry.is_none() {
-            if let Some(exact) = d.retry_after {
-                first_retry = Some((ceil_secs(exact).max(1), exact));
-            }
+        if first_retry.is_none()
+            && let Some(exact) = d.retry_after
+        {
+            first_retry = Some((ceil_secs(exact).max(1), exact));
         }
         if scenario == Scenario::RetryWave && attempt < 10 {
             // The naive client: retry one second later, whatever the server said.

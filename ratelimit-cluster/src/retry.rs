@@ -181,10 +181,10 @@ pub(crate) fn classify_reply(message: &str) -> Option<Next> {
 
 /// Classifies a redis-rs error.
 pub(crate) fn classify_redis(err: &redis::RedisError) -> Next {
-    if let (Some(code), Some(detail)) = (err.code(), err.detail()) {
-        if let Some(next) = classify_reply(&format!("{code} {detail}")) {
-            return next;
-        }
+    if let (Some(code), Some(detail)) = (err.code(), err.detail())
+        && let Some(next) = classify_reply(&format!("{code} {detail}"))
+    {
+        return next;
     }
     if let Some(next) = err.code().and_then(classify_reply) {
         return next;

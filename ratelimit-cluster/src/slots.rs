@@ -118,10 +118,10 @@ impl SlotMap {
     /// `slot` has moved to `addr` (a `MOVED` said so).
     pub(crate) fn moved(&self, slot: u16, addr: &str) {
         let mut owners = self.owners.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(o) = owners.get_mut(usize::from(slot)) {
-            if &**o != addr {
-                *o = Arc::from(addr);
-            }
+        if let Some(o) = owners.get_mut(usize::from(slot))
+            && &**o != addr
+        {
+            *o = Arc::from(addr);
         }
     }
 

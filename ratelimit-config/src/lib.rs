@@ -306,19 +306,18 @@ fn check_shape(tree: &Tree) -> Result<()> {
             fix: build::fix_for("policies"),
         });
     }
-    if let Some(Tree::Seq(list)) = tree.get("policies") {
-        if let Some((index, item)) = list
+    if let Some(Tree::Seq(list)) = tree.get("policies")
+        && let Some((index, item)) = list
             .iter()
             .enumerate()
             .find(|(_, p)| !matches!(p, Tree::Map(_)))
-        {
-            return Err(Error::Invalid {
-                location: format!("policies[{index}]"),
-                policy: None,
-                problem: format!("the policy is {}, not a map", item.kind()),
-                fix: build::FIELDS.to_owned(),
-            });
-        }
+    {
+        return Err(Error::Invalid {
+            location: format!("policies[{index}]"),
+            policy: None,
+            problem: format!("the policy is {}, not a map", item.kind()),
+            fix: build::FIELDS.to_owned(),
+        });
     }
     Ok(())
 }

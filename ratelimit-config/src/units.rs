@@ -114,7 +114,7 @@ pub(crate) fn human_duration(d: Duration) -> String {
         return "0s".to_owned();
     }
     for &(per, unit) in STEPS {
-        if nanos % per == 0 {
+        if nanos.is_multiple_of(per) {
             return format!("{}{unit}", nanos / per);
         }
     }

@@ -181,10 +181,10 @@ impl RateLimitHeaders {
         for (k, v) in &self.fields {
             // Names are static ASCII and values are digits, quotes and
             // policy names restricted to A-Z a-z 0-9 _ - . by `Quota::named`.
-            if let Ok(value) = http::HeaderValue::from_str(v) {
-                if let Ok(name) = http::HeaderName::from_bytes(k.as_bytes()) {
-                    map.insert(name, value);
-                }
+            if let Ok(value) = http::HeaderValue::from_str(v)
+                && let Ok(name) = http::HeaderName::from_bytes(k.as_bytes())
+            {
+                map.insert(name, value);
             }
         }
     }

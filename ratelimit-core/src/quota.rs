@@ -330,7 +330,7 @@ fn period_micros(period: Duration, field: &'static str) -> Result<Micros, Config
             max: MAX_WINDOW,
         });
     }
-    if period.subsec_nanos() % 1000 != 0 || period < Duration::from_micros(1) {
+    if !period.subsec_nanos().is_multiple_of(1000) || period < Duration::from_micros(1) {
         return Err(ConfigError::WindowTooShort { field });
     }
     Ok(duration_to_micros(period))

@@ -501,14 +501,14 @@ impl<V, L: TableLock<HashTable<Item<V>>>> ShardedMap<V, L> {
         let mut dead: Vec<Item<V>> = Vec::new();
         let mut i = from;
         while i < end && !budget.is_spent() {
-            if let Ok(mut e) = table.get_bucket_entry(i) {
-                if !keep(&mut e.get_mut().1) {
-                    if dead.capacity() == 0 {
-                        dead.reserve(budget.left / (REMOVE_COST + SLOT_COST) + 1);
-                    }
-                    dead.push(e.remove().0);
-                    budget.spend(REMOVE_COST);
+            if let Ok(mut e) = table.get_bucket_entry(i)
+                && !keep(&mut e.get_mut().1)
+            {
+                if dead.capacity() == 0 {
+                    dead.reserve(budget.left / (REMOVE_COST + SLOT_COST) + 1);
                 }
+                dead.push(e.remove().0);
+                budget.spend(REMOVE_COST);
             }
             budget.spend(SLOT_COST);
             i += 1;
@@ -745,7 +745,7 @@ mod tests {
     fn a_step_removes_at_most_its_budget_and_a_walk_only_the_idle() {
         let map = map_of(10_000);
         // Odd values are idle.
-        let keep_even = |v: &mut u32| *v % 2 == 0;
+        let keep_even = |v: &mut u32| (*v).is_multiple_of(2);
         let mut budget = Budget::new(SHARD_COST + 10 * (SLOT_COST + REMOVE_COST));
         let w = map
             .sweep_shard(0, 0, &mut budget, Mode::Step, keep_even)

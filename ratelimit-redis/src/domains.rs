@@ -227,10 +227,10 @@ impl Domains {
 
     /// The domain named `name`, created on first use.
     pub fn get(&self, name: &str) -> Arc<Domain> {
-        if let Some(d) = self.first.get() {
-            if *d.name == *name {
-                return Arc::clone(d);
-            }
+        if let Some(d) = self.first.get()
+            && *d.name == *name
+        {
+            return Arc::clone(d);
         }
         if let Some(d) = self.map.read().unwrap_or_else(|p| p.into_inner()).get(name) {
             return Arc::clone(d);

@@ -752,11 +752,11 @@ pub(crate) fn follow(
     in_flight: Vec<crate::domains::InFlight>,
 ) {
     tokio::spawn(async move {
-        if let Ok(reply) = tokio::time::timeout(FOLLOW_AT_MOST, eval).await {
-            if reply.as_ref().map_or_else(error::reached_server, |_| true) {
-                let now = u64::try_from(base.elapsed().as_micros()).unwrap_or(u64::MAX);
-                domain.replied(now.max(1));
-            }
+        if let Ok(reply) = tokio::time::timeout(FOLLOW_AT_MOST, eval).await
+            && reply.as_ref().map_or_else(error::reached_server, |_| true)
+        {
+            let now = u64::try_from(base.elapsed().as_micros()).unwrap_or(u64::MAX);
+            domain.replied(now.max(1));
         }
         drop(in_flight);
     });

@@ -288,12 +288,11 @@ pub fn key(prefix: &str, caller: &[u8], quota: &Quota) -> String {
 /// The part of `key` Redis Cluster hashes: between the first `{` and the
 /// next `}` if that is non-empty, else the whole key (Redis' own rule).
 pub fn hash_tag(key: &[u8]) -> &[u8] {
-    if let Some(open) = key.iter().position(|&b| b == b'{') {
-        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
-            if len > 0 {
-                return &key[open + 1..open + 1 + len];
-            }
-        }
+    if let Some(open) = key.iter().position(|&b| b == b'{')
+        && let Some(len) = key[open + 1..].iter().position(|&b| b == b'}')
+        && len > 0
+    {
+        return &key[open + 1..open + 1 + len];
     }
     key
 }

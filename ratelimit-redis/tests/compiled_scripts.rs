@@ -39,7 +39,11 @@ fn buckets() -> [Quota; 3] {
 /// A step's cost on those buckets: 1 to 4, and now and then one above
 /// every capacity (denied, never full).
 fn bucket_cost(seed: u64) -> u64 {
-    if seed % 17 == 0 { 30 } else { 1 + seed % 4 }
+    if seed.is_multiple_of(17) {
+        30
+    } else {
+        1 + seed % 4
+    }
 }
 
 /// A lone call of `request` that also asks for the server's `TIME`

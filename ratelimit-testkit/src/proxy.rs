@@ -159,10 +159,10 @@ impl Shared {
         if rule.remaining == 0 {
             return None;
         }
-        if let Some(pattern) = &rule.matching {
-            if !contains(bytes, pattern) {
-                return None;
-            }
+        if let Some(pattern) = &rule.matching
+            && !contains(bytes, pattern)
+        {
+            return None;
         }
         rule.remaining -= 1;
         Some(rule.how)

@@ -220,7 +220,7 @@ impl WrongStore {
         // store is atomic), except in the racy store's one call in 64.
         let mut map = lock(&self.map);
         let entry = cached.or_else(|| map.get(&k).cloned());
-        if self.flaw == Flaw::Racy && n % 64 == 0 {
+        if self.flaw == Flaw::Racy && n.is_multiple_of(64) {
             // A round trip between the read and the write, holding no lock.
             drop(map);
             std::thread::sleep(Duration::from_micros(100));
@@ -240,7 +240,7 @@ impl WrongStore {
             (self.flaw, quota.algorithm())
         {
             let width = w.window_micros();
-            if now % width == 0 && written.is_some_and(|t| t / width + 1 == now / width) {
+            if now.is_multiple_of(width) && written.is_some_and(|t| t / width + 1 == now / width) {
                 prior = None;
             }
         }

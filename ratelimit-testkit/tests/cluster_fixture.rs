@@ -139,10 +139,10 @@ fn collect_ports(v: &redis::Value, out: &mut Vec<u16>) {
             continue;
         };
         for node in fields.iter().skip(2) {
-            if let redis::Value::Array(n) = node {
-                if let Some(redis::Value::Int(p)) = n.get(1) {
-                    out.push(*p as u16);
-                }
+            if let redis::Value::Array(n) = node
+                && let Some(redis::Value::Int(p)) = n.get(1)
+            {
+                out.push(*p as u16);
             }
         }
     }

@@ -205,11 +205,9 @@ impl Limiter {
         let shadow = inner.shadow.get(index).copied().unwrap_or(false);
         let now = self.now_if_needed();
         #[cfg(feature = "deny-cache")]
-        if !shadow {
-            if let Some(d) = self.cached_denial(index, quota, key, cost, now) {
-                self.count_in(&d, quota, span.as_ref());
-                return Check::ready(d);
-            }
+        if !shadow && let Some(d) = self.cached_denial(index, quota, key, cost, now) {
+            self.count_in(&d, quota, span.as_ref());
+            return Check::ready(d);
         }
         let permit = match self.permit(now) {
             Ok(p) => p,
@@ -384,11 +382,9 @@ impl Limiter {
         let shadow = inner.shadow.get(index).copied().unwrap_or(false);
         let now = self.now_if_needed();
         #[cfg(feature = "deny-cache")]
-        if !shadow {
-            if let Some(d) = self.cached_denial(index, quota, key, cost, now) {
-                self.count(&d, quota);
-                return Ok(d);
-            }
+        if !shadow && let Some(d) = self.cached_denial(index, quota, key, cost, now) {
+            self.count(&d, quota);
+            return Ok(d);
         }
         let charges = [Charge {
             quota,
@@ -612,11 +608,11 @@ impl Limiter {
             Failure::Panicked => true,
             Failure::Open => false,
         };
-        if let Some(b) = inner.breaker.as_ref().filter(|_| evidence || probe) {
-            if b.failure(inner.clock.now(), probe) {
-                tracing::warn!(namespace = %inner.namespace, probe, "rate-limit store failing: circuit breaker open");
-                telemetry::breaker(&inner.labels, true);
-            }
+        if let Some(b) = inner.breaker.as_ref().filter(|_| evidence || probe)
+            && b.failure(inner.clock.now(), probe)
+        {
+            tracing::warn!(namespace = %inner.namespace, probe, "rate-limit store failing: circuit breaker open");
+            telemetry::breaker(&inner.labels, true);
         }
         drop(permit);
         failure
