@@ -173,6 +173,39 @@ pub fn not_an_option(arg: &str, usage: &str) -> ! {
     std::process::exit(2);
 }
 
+/// Sets the CPUs process `pid` and all its threads may run on (`cpus`, as
+/// `taskset` takes them: `1`, `0,2-3`).
+///
+/// # Panics
+/// When `taskset` (util-linux) is missing or refuses.
+pub fn pin(pid: u32, cpus: &str) {
+    let status = std::process::Command::new("taskset")
+        .args(["--all-tasks", "--cpu-list", "--pid", cpus, &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("pinning needs taskset (util-linux): {e}"));
+    assert!(status.success(), "taskset -apc {cpus} {pid}: {status}");
+}
+
+/// Pins this process to every CPU but `server_cpu` (before a runtime
+/// starts: its threads inherit the CPUs, and it sizes itself by them).
+///
+/// # Panics
+/// When the machine has one CPU, or `server_cpu` is not one of its CPUs.
+pub fn pin_self_beside(server_cpu: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert!(
+        server_cpu < cores && cores > 1,
+        "--server-cpu {server_cpu}: this machine has CPUs 0-{}; the load needs one other",
+        cores - 1
+    );
+    let others: Vec<String> = (0..cores)
+        .filter(|&c| c != server_cpu)
+        .map(|c| c.to_string())
+        .collect();
+    pin(std::process::id(), &others.join(","));
+}
+
 /// The machine as the load programs' reports name it: `N cores, MODEL`
 /// (the CPUs this process may run on, and `/proc/cpuinfo`'s first model
 /// name).

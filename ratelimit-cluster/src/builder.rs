@@ -13,8 +13,9 @@ use crate::connection::Backend;
 use crate::nodes::Nodes;
 use crate::store::ClusterStore;
 
-/// Default time to wait for each reply from a node: 30 ms (as the
-/// single-node store).
+/// Default time a topology or set-up command (`CLUSTER SLOTS`, `TIME`,
+/// `SCRIPT LOAD`) waits for a node's reply: 30 ms (as the single-node
+/// store). Script calls wait until their callers' deadlines.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = ratelimit_redis::DEFAULT_RESPONSE_TIMEOUT;
 /// Default time to wait for each connection attempt to a node: 50 ms.
 pub const DEFAULT_CONNECTION_TIMEOUT: Duration = ratelimit_redis::DEFAULT_CONNECTION_TIMEOUT;
@@ -95,7 +96,7 @@ impl ClusterStoreBuilder {
     ///
     /// The store reads the slot map (`CLUSTER SLOTS`) from a seed node and
     /// holds one redis-rs multiplexed connection per node, opened on
-    /// demand with the response and connection timeouts set, every node
+    /// demand within the connection timeout, every node
     /// reached with the first seed URL's settings (credentials, TLS); it
     /// routes each call itself (see [`crate::retry`] for what it re-sends:
     /// only what cannot count a request twice). Fails on an invalid prefix

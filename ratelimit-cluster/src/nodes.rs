@@ -61,6 +61,8 @@ pub(crate) struct Nodes {
     /// Rotates the node asked for the slot map, and the node a call with
     /// no known master goes to.
     turn: AtomicUsize,
+    /// How long a topology or set-up command waits for its reply.
+    response_timeout: Duration,
 }
 
 impl std::fmt::Debug for Nodes {
@@ -210,6 +212,23 @@ impl Node {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Sends one topology or set-up command, waiting `wait` for its reply.
+    async fn ask(&self, cmd: &redis::Cmd, wait: Duration) -> Result<Value, Failure> {
+        match tokio::time::timeout(wait, self.query(cmd)).await {
+            Ok(reply) => reply,
+            Err(_) => Err(Failure {
+                error: StoreError::message(
+                    format!(
+                        "redis cluster: no reply from {} within {wait:?} (the response timeout)",
+                        self.name
+                    ),
+                    true,
+                ),
+                next: Next::Backoff,
+            }),
+        }
+    }
+
     /// Sends one command, and drops the connection if it broke.
     async fn query(&self, cmd: &redis::Cmd) -> Result<Value, Failure> {
         let (mut conn, generation) = self.connection().await?;
@@ -246,12 +265,17 @@ impl Nodes {
             .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Client, "no seed URL")))?
             // TCP_NODELAY: see `ratelimit_redis::RedisStoreBuilder::build`.
             .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+        // No response timeout on the connections: a script call waits for
+        // its reply until its caller's deadline (the engine's timer), and a
+        // busy node is not a failed one. The response timeout bounds the
+        // topology and set-up commands (`Nodes::ask`).
         let config = AsyncConnectionConfig::new()
-            .set_response_timeout(Some(response_timeout))
+            .set_response_timeout(None)
             .set_connection_timeout(Some(connection_timeout));
         Ok(Self {
             base,
             config,
+            response_timeout,
             seeds: names,
             nodes: RwLock::default(),
             turn: AtomicUsize::new(0),
@@ -380,7 +404,7 @@ impl Nodes {
                 continue;
             };
             match node
-                .query(redis::cmd("CLUSTER").arg("SLOTS"))
+                .ask(redis::cmd("CLUSTER").arg("SLOTS"), self.response_timeout)
                 .await
                 .and_then(|v| v.extract_error().map_err(failure))
             {
@@ -418,10 +442,13 @@ impl Nodes {
                 continue;
             };
             for script in ratelimit_redis::scripts::all() {
-                node.query(redis::cmd("SCRIPT").arg("LOAD").arg(script.lua()))
-                    .await
-                    .and_then(|v| v.extract_error().map_err(failure))
-                    .map_err(|f| f.error)?;
+                node.ask(
+                    redis::cmd("SCRIPT").arg("LOAD").arg(script.lua()),
+                    self.response_timeout,
+                )
+                .await
+                .and_then(|v| v.extract_error().map_err(failure))
+                .map_err(|f| f.error)?;
             }
         }
         Ok(())
@@ -440,7 +467,7 @@ impl Nodes {
             let Some(node) = self.node(&master) else {
                 continue;
             };
-            let Ok(time) = node.query(&redis::cmd("TIME")).await else {
+            let Ok(time) = node.ask(&redis::cmd("TIME"), self.response_timeout).await else {
                 continue;
             };
             let received = Instant::now();

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 /// How a decision was reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Source {
     /// The store decided, from the caller's state.
     Store,
@@ -25,11 +26,18 @@ pub enum Source {
     /// in shadow (dry-run) mode. The numbers are those of the binding
     /// enforced quota.
     Shadow,
+    /// The store could not answer (busy, or unavailable) and the limiter
+    /// decided from the store's last answer for this caller, its **lease**:
+    /// never more than that answer's `remaining` (divided among the
+    /// instances) before the store is asked again, and an exhausted caller
+    /// stays denied until that answer's reset. See
+    /// [`crate::LimiterBuilder::leases`].
+    Lease,
 }
 
 impl Source {
     /// A short, stable label: `store`, `fail_open`, `fail_closed`,
-    /// `fallback`, `cache`, `shadow` (used in metrics and logs).
+    /// `fallback`, `cache`, `shadow`, `lease` (used in metrics and logs).
     pub const fn label(self) -> &'static str {
         match self {
             Self::Store => "store",
@@ -38,6 +46,7 @@ impl Source {
             Self::Fallback => "fallback",
             Self::Cache => "cache",
             Self::Shadow => "shadow",
+            Self::Lease => "lease",
         }
     }
 }

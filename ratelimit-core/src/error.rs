@@ -74,6 +74,15 @@ pub enum ConfigError {
          uncounted calls)"
     )]
     NoDegradedMode,
+    /// A limiter setting that cannot work (a zero bound, or one the
+    /// limiter's timeout makes meaningless), named, with what to change.
+    #[error("{setting}: {detail}")]
+    InvalidSetting {
+        /// The builder method, such as `LimiterBuilder::leases`.
+        setting: &'static str,
+        /// What is wrong and what to change.
+        detail: String,
+    },
     /// A limiter built without a timer while the `tokio` feature is off.
     #[error("no timer: enable ratelimit-core's `tokio` feature or call `LimiterBuilder::timer`")]
     NoTimer,
@@ -98,6 +107,27 @@ pub enum CostError {
         /// The policy name.
         policy: String,
     },
+    /// A call with no charge ([`crate::Limiter::check_charges`]).
+    #[error("a call needs at least one charge")]
+    NoCharge,
+    /// Two charges of one call for the same quota name and algorithm: they
+    /// would share one state.
+    #[error(
+        "two charges for policy {policy:?} in one call: they would share one state; give each \
+         quota its own name"
+    )]
+    DuplicateQuota {
+        /// The policy name.
+        policy: String,
+    },
+    /// A limiter built for quotas that come with each call
+    /// ([`crate::LimiterBuilder::quotas_per_call`]) was asked to check
+    /// quotas of its own.
+    #[error(
+        "this limiter has no quotas of its own (built with quotas_per_call): pass the call's \
+         quotas to Limiter::check_charges"
+    )]
+    NoQuota,
     /// Per-quota costs that do not match the limiter's quotas one to one.
     #[error("{given} costs given for {quotas} quotas: give one cost per quota, in order")]
     Count {
@@ -139,6 +169,23 @@ pub enum StoreError {
         /// Why, such as "breaker open after 12 of 20 calls failed".
         reason: String,
     },
+    /// The failure domain serving this request (a Redis node, a cluster
+    /// master) is busy: at the rate it completes requests, this one would
+    /// not have been answered within its deadline, so it was not sent (it
+    /// counted nothing). A busy domain is not a failed one: it is not held
+    /// against the domain, and the limiter decides the call as it decides
+    /// for a busy store (its caller's lease, else the failure policy).
+    #[error("{}", overloaded(domain, *in_flight, *limit))]
+    Overloaded {
+        /// The failure domain, such as a node's address.
+        domain: std::sync::Arc<str>,
+        /// The requests in flight on it when this one was refused.
+        in_flight: u64,
+        /// How many it completes within this request's deadline, as last
+        /// measured; `None` when the request was refused because less time
+        /// was left than one call takes.
+        limit: Option<u64>,
+    },
     /// The backend failed; `transient` says whether a retry may succeed.
     #[error("{message}")]
     Backend {
@@ -179,10 +226,42 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Cost(_) => false,
-            Self::Timeout(_) | Self::Expired | Self::Unavailable { .. } => true,
+            Self::Timeout(_)
+            | Self::Expired
+            | Self::Unavailable { .. }
+            | Self::Overloaded { .. } => true,
             Self::InvalidRequest(_) => false,
             Self::Backend { transient, .. } => *transient,
         }
+    }
+}
+
+/// The message of [`StoreError::Overloaded`].
+fn overloaded(domain: &str, in_flight: u64, limit: Option<u64>) -> String {
+    match limit {
+        Some(limit) => format!(
+            "{domain} busy: {in_flight} requests in flight, at its limit of {limit} (what it \
+             completes within the deadline): not sent, counted nothing"
+        ),
+        None => format!(
+            "{domain} busy: {in_flight} requests in flight, and less time left than one call \
+             takes: not sent, counted nothing"
+        ),
+    }
+}
+
+impl StoreError {
+    /// Whether the error says the store is **busy** rather than
+    /// unavailable: it answers, but not in time for this request (a
+    /// timeout, a request shed by the store's admission, a request that
+    /// expired before it ran). The limiter decides a busy store's calls by
+    /// its callers' leases, else by its failure policy; the fallback store
+    /// is for a store that is unavailable.
+    pub fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            Self::Timeout(_) | Self::Expired | Self::Overloaded { .. }
+        )
     }
 }
 

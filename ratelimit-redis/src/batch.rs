@@ -47,6 +47,11 @@
 //! call. Requests waiting for the same node at once are concurrent: no
 //! order between them is promised, only that each is decided exactly once.
 //!
+//! What the node cannot answer in time is not queued at all: the node's
+//! admission ([`crate::admission`]) answers it at once, and a request
+//! whose time left is shorter than one call is taken out of the queue
+//! unsent ([`ratelimit_core::StoreError::Overloaded`]).
+//!
 //! The queue is drained by a task of its own, so a caller that stops
 //! waiting never strands the requests queued behind it. A lost reply is
 //! ambiguous for every request in its call, as for one alone: none is sent
@@ -89,6 +94,10 @@ struct State {
     taken: u64,
     mark: Option<(Instant, u64)>,
     recent: Option<(Instant, u64)>,
+    /// Since when every take has left requests waiting (the node is
+    /// backlogged), and how many had been taken then: the node's capacity
+    /// is measured over such spans ([`crate::admission`]).
+    backlog: Option<(Instant, u64)>,
 }
 
 /// How far apart the readings of the node's rate are taken.
@@ -108,6 +117,26 @@ impl State {
                 self.mark = self.recent;
                 self.recent = Some((now, self.taken));
             }
+        }
+    }
+
+    /// After a take at `now`: while requests are still waiting after every
+    /// take, the node is backlogged, and what its calls took over each
+    /// [`RATE_STEP`] of that is a measurement of its capacity.
+    fn measure_backlog(&mut self, now: Instant, admission: &crate::admission::Admission) {
+        let waiting = !self.items.is_empty();
+        admission.set_idle_queue(!waiting);
+        if !waiting {
+            self.backlog = None;
+            return;
+        }
+        match self.backlog {
+            None => self.backlog = Some((now, self.taken)),
+            Some((since, at)) if now.saturating_duration_since(since) >= RATE_STEP => {
+                admission.measured(self.taken - at, now.saturating_duration_since(since), now);
+                self.backlog = Some((now, self.taken));
+            }
+            Some(_) => {}
         }
     }
 
@@ -211,8 +240,9 @@ impl Queue {
     /// (see the module docs), in arrival order. While other calls are in
     /// flight, fewer waiting requests than [`beside`] asks are left to
     /// them.
-    fn take(&self, max: usize) -> Vec<Item> {
+    fn take(&self, max: usize, domain: &Domain) -> Vec<Item> {
         let now = Instant::now();
+        let admission = domain.admission();
         let mut stale = Vec::new();
         let mut s = self.lock();
         if s.calls > 1 && s.items.len() < beside(max, s.last, s.calls - 1) {
@@ -222,8 +252,9 @@ impl Queue {
         // The oldest first: those whose caller has gone (or whose deadline
         // has passed) leave the queue, so that under overload, when calls
         // take from the back, the front does not fill with the dead.
+        let hopeless = |i: &Item| i.reply.is_closed() || !admission.can_make(now, i.deadline);
         while let Some(front) = s.items.front() {
-            if !(front.reply.is_closed() || front.deadline <= now) {
+            if !hopeless(front) {
                 break;
             }
             if let Some(item) = s.items.pop_front() {
@@ -241,7 +272,7 @@ impl Queue {
             let Some(item) = item else {
                 break;
             };
-            if item.reply.is_closed() || item.deadline <= now {
+            if hopeless(&item) {
                 stale.push(item);
             } else {
                 live.push(item);
@@ -252,12 +283,25 @@ impl Queue {
         }
         s.last = live.len();
         s.count_taken(live.len(), now);
+        s.measure_backlog(now, admission);
         if live.is_empty() {
             s.calls -= 1;
         }
+        let waiting = s.items.len() as u64;
         drop(s);
         for item in stale {
-            let _ = item.reply.send(Err(StoreError::Expired));
+            if item.reply.is_closed() {
+                continue;
+            }
+            // Not sent: too little time left for a call (or none at all).
+            // Counted nothing either way.
+            let error = if item.deadline <= now {
+                StoreError::Expired
+            } else {
+                admission.shed_queued();
+                crate::admission::overloaded(domain.name_arc(), waiting + live.len() as u64, None)
+            };
+            let _ = item.reply.send(Err(error));
         }
         live
     }
@@ -375,7 +419,7 @@ pub(crate) fn enqueue<'a>(
 /// Sends the node's waiting requests, call after call, until none waits.
 async fn drain(engine: Engine, transport: Arc<dyn Transport>, domain: Arc<Domain>) {
     loop {
-        let items = domain.queue().take(engine.max_batch());
+        let items = domain.queue().take(engine.max_batch(), &domain);
         if items.is_empty() {
             return;
         }
@@ -422,6 +466,15 @@ fn copy(e: &StoreError) -> StoreError {
             reason: reason.clone(),
         },
         StoreError::InvalidRequest(m) => StoreError::InvalidRequest(m.clone()),
+        StoreError::Overloaded {
+            domain,
+            in_flight,
+            limit,
+        } => StoreError::Overloaded {
+            domain: Arc::clone(domain),
+            in_flight: *in_flight,
+            limit: *limit,
+        },
         other => StoreError::message(other.to_string(), other.is_transient()),
     }
 }
@@ -505,15 +558,16 @@ async fn send_once(
     };
     let call = Arc::new(call);
     let start = Instant::now();
+    // Awaited until the last of its requests' deadlines (each caller stops
+    // waiting at its own): a busy node is not a failed one.
     let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
-    let mut bound = engine.reply_bound(deadline, start);
-    let mut outcome = tokio::time::timeout_at(bound.into(), &mut eval).await;
-    if let Err(elapsed) = outcome {
-        (outcome, bound) =
-            Box::pin(engine.wait_on(domain, &mut eval, elapsed, bound, deadline)).await;
-    }
-    let deadline = bound;
+    let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
     let received = Instant::now();
+    if outcome.as_ref().is_ok_and(Result::is_ok) {
+        domain
+            .admission()
+            .call_took(received.saturating_duration_since(now));
+    }
     if !key_counts.is_empty() && matches!(&outcome, Ok(Err(e)) if Straddles::is(e)) {
         // Refused unrun: the node neither failed nor counted anything.
         drop(eval);
@@ -603,8 +657,7 @@ mod tests {
     /// A queue holding `callers` in order, each queued `waited` ago with
     /// `left` still to go.
     fn queue(callers: &[&str], waited: Duration, left: Duration) -> (Queue, Vec<Receiver>) {
-        let domains = Domains::new(CircuitBreaker::DEFAULT);
-        let domain = domains.get("node");
+        let domain = node();
         let q = Quota::fixed_window(Rate::per_hour(10)).unwrap();
         let queue = Queue::default();
         let now = Instant::now();
@@ -639,6 +692,11 @@ mod tests {
 
     type Receiver = oneshot::Receiver<Result<Decisions, StoreError>>;
 
+    /// A node to take for.
+    fn node() -> Arc<Domain> {
+        Domains::new(CircuitBreaker::DEFAULT).get("node")
+    }
+
     const SIX: [&str; 6] = ["q1", "q2", "q3", "q4", "q5", "q6"];
 
     #[test]
@@ -664,8 +722,8 @@ mod tests {
     fn a_congested_queue_gives_its_newest_in_arrival_order() {
         // The oldest waited 900 ms of its 1 s.
         let (queue, _rx) = queue(&SIX, Duration::from_millis(900), Duration::from_millis(100));
-        assert_eq!(callers(&queue.take(4)), ["q3", "q4", "q5", "q6"]);
-        assert_eq!(callers(&queue.take(4)), ["q1", "q2"]);
+        assert_eq!(callers(&queue.take(4, &node())), ["q3", "q4", "q5", "q6"]);
+        assert_eq!(callers(&queue.take(4, &node())), ["q1", "q2"]);
     }
 
     /// The node took `per_second` requests a second over the last 20 ms.
@@ -683,7 +741,7 @@ mod tests {
         // six drain in well under the 100 ms left.
         let (queue, _rx) = queue(&SIX, Duration::from_millis(900), Duration::from_millis(100));
         measured(&queue, 100_000);
-        assert_eq!(callers(&queue.take(4)), ["q1", "q2", "q3", "q4"]);
+        assert_eq!(callers(&queue.take(4, &node())), ["q1", "q2", "q3", "q4"]);
     }
 
     #[test]
@@ -692,7 +750,7 @@ mod tests {
         // of the six would be decided in time.
         let (queue, _rx) = queue(&SIX, Duration::from_millis(1), Duration::from_millis(100));
         measured(&queue, 10);
-        assert_eq!(callers(&queue.take(4)), ["q3", "q4", "q5", "q6"]);
+        assert_eq!(callers(&queue.take(4, &node())), ["q3", "q4", "q5", "q6"]);
     }
 
     #[test]
@@ -724,7 +782,7 @@ mod tests {
             s.recent = Some((now - Duration::from_millis(990), 10));
             s.taken = 10;
         }
-        assert_eq!(callers(&queue.take(4)), ["q1", "q2", "q3", "q4"]);
+        assert_eq!(callers(&queue.take(4, &node())), ["q1", "q2", "q3", "q4"]);
     }
 
     #[test]
@@ -735,8 +793,8 @@ mod tests {
             Duration::from_millis(100),
             Duration::from_millis(9_900),
         );
-        assert_eq!(callers(&queue.take(4)), ["q1", "q2", "q3", "q4"]);
-        assert_eq!(callers(&queue.take(4)), ["q5", "q6"]);
+        assert_eq!(callers(&queue.take(4, &node())), ["q1", "q2", "q3", "q4"]);
+        assert_eq!(callers(&queue.take(4, &node())), ["q5", "q6"]);
     }
 
     #[test]
@@ -748,7 +806,7 @@ mod tests {
         }
         // Three live requests wait: fewer than a call carries, so they go
         // first in, first out, and the gone ones are gone.
-        assert_eq!(callers(&queue.take(4)), ["q4", "q5", "q6"]);
+        assert_eq!(callers(&queue.take(4, &node())), ["q4", "q5", "q6"]);
         assert!(queue.lock().items.is_empty());
     }
 }

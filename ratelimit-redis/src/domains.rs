@@ -66,6 +66,8 @@ pub struct Domain {
     last_timeout: AtomicU64,
     /// Requests waiting for its next call (group commit).
     queue: crate::batch::Queue,
+    /// What it completes in time ([`crate::admission`]).
+    admission: crate::admission::Admission,
 }
 
 impl Domain {
@@ -79,7 +81,18 @@ impl Domain {
             suspect_since: AtomicU64::new(0),
             last_timeout: AtomicU64::new(0),
             queue: crate::batch::Queue::default(),
+            admission: crate::admission::Admission::default(),
         }
+    }
+
+    /// The node's name, shared.
+    pub(crate) fn name_arc(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Its admission: the limit in flight it completes in time.
+    pub fn admission(&self) -> &crate::admission::Admission {
+        &self.admission
     }
 
     /// The node: `host:port`, or `cluster` before a cluster's slot map is

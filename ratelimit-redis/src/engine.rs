@@ -166,7 +166,6 @@ pub struct Engine {
     prefix: Arc<str>,
     clock: Option<Arc<dyn Clock>>,
     timeout: Duration,
-    reply_timeout: Option<Duration>,
     max_in_flight: usize,
     max_batch: usize,
     pipeline: usize,
@@ -180,7 +179,6 @@ impl fmt::Debug for Engine {
             .field("prefix", &self.prefix)
             .field("clock", &self.clock)
             .field("timeout", &self.timeout)
-            .field("reply_timeout", &self.reply_timeout)
             .field("max_in_flight", &self.max_in_flight)
             .field("max_batch", &self.max_batch)
             .field("pipeline", &self.pipeline)
@@ -198,7 +196,6 @@ impl Engine {
             prefix: Arc::from(keys::DEFAULT_PREFIX),
             clock: None,
             timeout,
-            reply_timeout: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_batch: DEFAULT_MAX_BATCH,
             pipeline: DEFAULT_PIPELINE,
@@ -226,88 +223,6 @@ impl Engine {
     /// Bounds every decision by `timeout`.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
-    }
-
-    /// Bounds each call's wait for its node's reply by `timeout` of the
-    /// node's silence (default none: the request's deadline and
-    /// [`Engine::timeout`] alone): a call is given up once `timeout` has
-    /// passed since its sending and since the node's last reply to any
-    /// call. A store whose connection arms no
-    /// timer of its own per command sets it to its response timeout, so
-    /// that one timer (the engine's, raced against the earliest of the
-    /// bounds) ends each call.
-    pub fn set_reply_timeout(&mut self, timeout: Option<Duration>) {
-        self.reply_timeout = timeout;
-    }
-
-    /// When a call sent at `sent` to answer a request due at `deadline` is
-    /// first given up: at the deadline, or at the reply timeout from `sent`
-    /// if earlier (see [`Engine::set_reply_timeout`]; [`Engine::wait_on`]
-    /// waits on past it while the node keeps replying).
-    pub(crate) fn reply_bound(&self, deadline: Instant, sent: Instant) -> Instant {
-        self.reply_timeout
-            .map_or(deadline, |reply| deadline.min(sent + reply))
-    }
-
-    /// The rest of a call's wait once its first bound (see
-    /// [`Engine::reply_bound`]) passed with no reply. The reply timeout
-    /// bounds the node's silence, not one call: while the node has replied
-    /// to other calls within it, the call waits behind a busy node's
-    /// replies (calls pipelined on one connection are answered in order;
-    /// under load a large batch ahead takes milliseconds) and the wait
-    /// goes on, until the node has been silent for the reply timeout or
-    /// `deadline` comes. A timer that fired late (this process was starved:
-    /// replies that came meanwhile may not have been read yet) is no
-    /// evidence of silence: the wait goes on for another reply timeout.
-    /// Returns the outcome and when the wait was due to end (for
-    /// [`Engine::judge`]). Only a call past its first bound comes here
-    /// (boxed by its caller: the common call's future stays as small as a
-    /// single timer's).
-    pub(crate) async fn wait_on(
-        &self,
-        domain: &Domain,
-        eval: &mut Eval,
-        mut elapsed: Elapsed,
-        mut bound: Instant,
-        deadline: Instant,
-    ) -> (Outcome, Instant) {
-        loop {
-            let Some(later) = self.progress_bound(domain, bound, deadline, Instant::now()) else {
-                return (Err(elapsed), bound);
-            };
-            bound = later;
-            match tokio::time::timeout_at(bound.into(), &mut *eval).await {
-                Ok(reply) => return (Ok(reply), bound),
-                Err(e) => elapsed = e,
-            }
-        }
-    }
-
-    /// The later bound a call given up at `bound` (and woken at `now`)
-    /// waits on to, at most `deadline`: a reply timeout after the node's
-    /// last reply when it replied within the reply timeout before `bound`
-    /// (progress), or after `now` when the wake-up came later than
-    /// [`late_after`] the reply timeout past `bound` (this process was late;
-    /// replies it has not read yet would not show). `None`: the node was
-    /// silent that long, or no time is left.
-    fn progress_bound(
-        &self,
-        domain: &Domain,
-        bound: Instant,
-        deadline: Instant,
-        now: Instant,
-    ) -> Option<Instant> {
-        let reply = self.reply_timeout?;
-        if now.saturating_duration_since(bound) > late_after(reply) {
-            let next = (now + reply).min(deadline);
-            return (next > now).then_some(next);
-        }
-        let last = domain.last_reply();
-        if last == 0 {
-            return None;
-        }
-        let next = (self.domains_base() + Duration::from_micros(last) + reply).min(deadline);
-        (next > bound).then_some(next)
     }
 
     /// Bounds the script calls waiting on one node at once (at least 1): a
@@ -450,11 +365,12 @@ impl Engine {
             return Err(StoreError::Expired);
         }
         let start = Instant::now();
-        let own = start + self.timeout;
+        // The caller's deadline is the only patience: a request without one
+        // (the `StoreExt` shorthands) is bounded by the store's timeout.
         let deadline = request
             .deadline
             .instant_from(start)
-            .map_or(own, |d| d.min(own));
+            .unwrap_or(start + self.timeout);
         let first = self.attempt(transport, request, start, deadline).await;
         if !(matches!(first, Err(StoreError::Expired))
             && refused_early(start, deadline, Instant::now()))
@@ -503,7 +419,19 @@ impl Engine {
         if let Permit::Open = permit {
             return Err(unavailable(&domain, now));
         }
-        if domain.in_flight() >= u64::try_from(self.max_in_flight).unwrap_or(u64::MAX) {
+        let ahead = domain.in_flight();
+        if let Err(limit) = domain.admission().admit(ahead, start, deadline) {
+            drop(permit);
+            // A caller answered at once, every time, still lets the runtime's
+            // other tasks run (the node's replies among them).
+            tokio::task::consume_budget().await;
+            return Err(crate::admission::overloaded(
+                domain.name_arc(),
+                ahead,
+                Some(limit),
+            ));
+        }
+        if ahead >= u64::try_from(self.max_in_flight).unwrap_or(u64::MAX) {
             return Err(StoreError::message(
                 format!(
                     "{} rate-limit calls already wait on {}: refused at once (the memory \
@@ -557,18 +485,17 @@ impl Engine {
             return Err(StoreError::Expired);
         };
         let call = Arc::new(Call::alone_taking_keys(req, server_deadline));
-        // The reply is awaited until the deadline, or the reply timeout
-        // from its sending if earlier (a lone call goes as its request
-        // arrives: `start`, no second clock read).
+        // The reply is awaited until the caller's deadline, however slow
+        // the node: a busy node is not a failed one (a lone call goes as
+        // its request arrives: `start`, no second clock read).
         let mut eval = Arc::clone(transport).eval(Arc::clone(&call), deadline);
-        let mut bound = self.reply_bound(deadline, start);
-        let mut outcome = tokio::time::timeout_at(bound.into(), &mut eval).await;
-        if let Err(elapsed) = outcome {
-            (outcome, bound) =
-                Box::pin(self.wait_on(domain, &mut eval, elapsed, bound, deadline)).await;
-        }
-        let deadline = bound;
+        let outcome = tokio::time::timeout_at(deadline.into(), &mut eval).await;
         let received = Instant::now();
+        if outcome.as_ref().is_ok_and(Result::is_ok) {
+            domain
+                .admission()
+                .call_took(received.saturating_duration_since(start));
+        }
         if outcome.is_err() {
             // The caller gives up; the request may still be answered. Follow
             // it to its reply in the background: that reply is the node's
@@ -822,44 +749,5 @@ mod tests {
             short,
             start + Duration::from_micros(600)
         ));
-    }
-
-    #[test]
-    fn a_late_wake_up_is_not_the_nodes_silence() {
-        let ms = Duration::from_millis;
-        let mut engine = Engine::new(ms(1_000), 1);
-        engine.set_reply_timeout(Some(ms(30)));
-        let domain = engine.domains().get("node");
-        let base = engine.domains_base();
-        // The node last replied 1 ms into the run; a call sent then was
-        // first given up at 31 ms.
-        domain.replied(1_000);
-        let bound = base + ms(31);
-        let deadline = base + ms(100);
-        // Woken on time: the node has been silent for the reply timeout.
-        assert_eq!(
-            engine.progress_bound(&domain, bound, deadline, bound + ms(1)),
-            None
-        );
-        // Woken 11 ms late (more than a quarter of the reply timeout): this
-        // process was starved, replies may be unread; another reply
-        // timeout from the wake-up, within the deadline.
-        let late = bound + ms(11);
-        assert_eq!(
-            engine.progress_bound(&domain, bound, deadline, late),
-            Some(late + ms(30))
-        );
-        assert_eq!(
-            engine.progress_bound(&domain, bound, base + ms(50), late),
-            Some(base + ms(50))
-        );
-        // Late past the deadline: nothing left to wait for.
-        assert_eq!(engine.progress_bound(&domain, bound, late, late), None);
-        // Progress: a reply 20 ms in moves the bound to 50 ms.
-        domain.replied(20_000);
-        assert_eq!(
-            engine.progress_bound(&domain, bound, deadline, bound),
-            Some(base + ms(50))
-        );
     }
 }

@@ -1,10 +1,10 @@
 //! The `fred` client as a backend (feature `fred`).
 //!
 //! Same scripts, key layout and decoding as the redis-rs backend; only the
-//! call differs. Timeouts and reconnection are the fred client's own
-//! (configure `PerformanceConfig::default_command_timeout` and a
-//! `ReconnectPolicy`); the store bounds each decision by
-//! [`RedisStore::timeout`] on top.
+//! call differs. Reconnection is the fred client's own (configure a
+//! `ReconnectPolicy`); each script waits for its reply until its caller's
+//! deadline (a request without one: [`RedisStore::timeout`]), timed by the
+//! store, as with redis-rs.
 //!
 //! **One attempt per script, whatever the client's configuration.** fred
 //! re-sends a command whose connection closed while it was in flight, up to
@@ -41,11 +41,13 @@ impl RedisStore {
     /// Any `ConnectionConfig::max_command_attempts` is fine: the store sends
     /// every script with fred's per-command `max_attempts = 1`, so a script
     /// whose reply was lost is never sent again (which would count the
-    /// request twice). Give the client a
-    /// `PerformanceConfig::default_command_timeout` and a `ReconnectPolicy`:
-    /// the command timeout bounds each script's reply as fred would, timed
-    /// by the store's one timer per call (the scripts go with a zero
-    /// per-command timeout, so fred arms no second one).
+    /// request twice). Give the client a `ReconnectPolicy`. Its
+    /// `PerformanceConfig::default_command_timeout` applies to the other
+    /// commands you send through it, not to the store's scripts: each
+    /// script waits for its reply until its caller's deadline, timed by the
+    /// store's one timer per call (the scripts go with a zero per-command
+    /// timeout, so fred arms none), as with redis-rs: a busy node is not a
+    /// failed one.
     pub fn from_fred(client: Client) -> Self {
         let node = client
             .client_config()
@@ -53,22 +55,15 @@ impl RedisStore {
             .hosts()
             .first()
             .map_or_else(|| "redis".to_owned(), |s| format!("{}:{}", s.host, s.port));
-        // The client's command timeout bounds each script's reply, timed by
-        // the store's own per-call timer (fred is told to arm none).
-        let reply = client.perf_config().default_command_timeout;
-        Self::from_backend(
-            Backend::Fred(client),
-            &node,
-            (!reply.is_zero()).then_some(reply),
-        )
+        Self::from_backend(Backend::Fred(client), &node)
     }
 }
 
 /// The per-command options of every script command: one attempt, so fred
 /// never re-sends a script whose reply was lost (see the module docs); and
 /// no timer of fred's own (a zero `timeout`): the store races every call
-/// against its bound, the request's deadline and the client's
-/// `default_command_timeout` with one timer (see [`RedisStore::from_fred`]).
+/// against the request's deadline with one timer (see
+/// [`RedisStore::from_fred`]).
 fn script_options() -> Options {
     Options {
         max_attempts: Some(1),

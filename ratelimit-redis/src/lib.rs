@@ -5,6 +5,7 @@
 // and from `ratelimit-cluster` alike.
 extern crate self as ratelimit_redis;
 
+pub mod admission;
 pub mod arg;
 mod batch;
 pub mod deadline;

@@ -36,19 +36,21 @@ pub struct Options {
     /// The injected clock, for tests and replays (default none: Redis'
     /// own `TIME`).
     pub clock: Option<Arc<dyn Clock>>,
-    /// How long a call waits for its node's reply while the node is silent
-    /// (default [`DEFAULT_RESPONSE_TIMEOUT`]): a single-node store gives a
-    /// call up once this long has passed since its sending *and* since the
-    /// node's last reply to any call, so that a call behind a busy node's
-    /// other replies waits on, up to its caller's deadline (and so does a
-    /// call whose timer fired late, this process starved: the replies it
-    /// has not read yet would not show).
+    /// How long a set-up or topology command (`TIME`, `SCRIPT LOAD`,
+    /// `CLUSTER SLOTS`) waits for its reply (default
+    /// [`DEFAULT_RESPONSE_TIMEOUT`]). Not a bound on decisions: a script
+    /// call waits for its reply until its caller's deadline (a request
+    /// without one: [`Options::timeout`]), however slow the node, and a
+    /// node that stops answering altogether is judged by its silence
+    /// ([`crate::domains`]).
     pub response_timeout: Duration,
     /// How long the client waits for each connection attempt (default
     /// [`DEFAULT_CONNECTION_TIMEOUT`]).
     pub connection_timeout: Duration,
-    /// The bound on one whole decision (default none: each store derives
-    /// it from the two client timeouts).
+    /// The bound on one whole decision for a request that carries no
+    /// deadline of its own (default none: each store derives it from the
+    /// two client timeouts). A request with a deadline (every
+    /// `Limiter` check) waits until that deadline, neither less nor more.
     pub timeout: Option<Duration>,
     /// The bound on script calls waiting on one node at once (default
     /// [`DEFAULT_MAX_IN_FLIGHT`]).
@@ -116,18 +118,15 @@ macro_rules! options_setters {
             self
         }
 
-        /// How long a call waits for a node's reply while the node is
-        /// silent (default
+        /// How long a set-up or topology command (`TIME`, `SCRIPT LOAD`,
+        /// `CLUSTER SLOTS`) waits for its reply (default
         /// [`DEFAULT_RESPONSE_TIMEOUT`](crate::DEFAULT_RESPONSE_TIMEOUT)).
-        /// redis-rs waits forever unless told. The single-node store races
-        /// each call against it, from the call's sending, with its own one
-        /// timer per call (with the request's deadline and the store's
-        /// bound); when it passes while the node has replied to other calls
-        /// within it (the call waits behind them: a connection answers in
-        /// order, and a large batch ahead takes milliseconds under load),
-        /// the call waits on, up to the request's deadline, until the node
-        /// has been silent this long. The cluster store sets it on each
-        /// node's connection, per command.
+        /// It never cuts a decision short: a script call waits for its
+        /// reply until its caller's deadline (the `Limiter`'s timeout), or
+        /// for a request without one until [`Self::timeout`], however slow
+        /// the node (a busy node is not a failed one), and a node that stops
+        /// answering altogether is judged by its silence: its breaker opens
+        /// (see `ratelimit_redis::domains`).
         pub fn response_timeout(mut self, timeout: ::std::time::Duration) -> Self {
             self.options.response_timeout = timeout;
             self
@@ -140,7 +139,7 @@ macro_rules! options_setters {
             self
         }
 
-        #[doc = concat!("The bound on one whole decision (default: ", $timeout, ").")]
+        #[doc = concat!("The bound on one whole decision for a request without a deadline of its own, such as the `StoreExt` shorthands' (default: ", $timeout, "). A request with a deadline (every `Limiter` check) waits until that deadline.")]
         pub fn timeout(mut self, timeout: ::std::time::Duration) -> Self {
             self.options.timeout = Some(timeout);
             self
@@ -181,10 +180,11 @@ macro_rules! engine_settings {
             self
         }
 
-        /// Bounds every decision (reconnects, redirects and retries
-        /// included) by `timeout`, returning
+        /// Bounds every decision whose request carries no deadline of its
+        /// own (reconnects, redirects and retries included) by `timeout`,
+        /// returning
         /// [`StoreError::Timeout`](ratelimit_core::StoreError::Timeout)
-        /// after it.
+        /// after it. A request with a deadline waits until that deadline.
         pub fn with_timeout(mut self, timeout: ::std::time::Duration) -> Self {
             self.engine.set_timeout(timeout);
             self

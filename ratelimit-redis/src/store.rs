@@ -205,16 +205,13 @@ impl RedisStore {
     /// and reconnect settings apply), with prefix `rl`, the server's clock
     /// and a per-call bound of [`DEFAULT_CALL_TIMEOUT`].
     pub fn from_connection_manager(manager: ConnectionManager) -> Self {
-        Self::from_backend(Backend::Redis(manager), "redis", None)
+        Self::from_backend(Backend::Redis(manager), "redis")
     }
 
     /// A store over `backend` with the defaults of a client you hold: the
-    /// bound [`DEFAULT_CALL_TIMEOUT`], and `reply` as the engine's reply
-    /// timeout (`None` where the client times its own commands).
-    pub(crate) fn from_backend(backend: Backend, node: &str, reply: Option<Duration>) -> Self {
-        let mut engine = Engine::new(DEFAULT_CALL_TIMEOUT, 1);
-        engine.set_reply_timeout(reply);
-        Self::assemble(backend, node, engine)
+    /// bound [`DEFAULT_CALL_TIMEOUT`] for requests without a deadline.
+    pub(crate) fn from_backend(backend: Backend, node: &str) -> Self {
+        Self::assemble(backend, node, Engine::new(DEFAULT_CALL_TIMEOUT, 1))
     }
 
     fn assemble(backend: Backend, node: &str, engine: Engine) -> Self {
@@ -333,12 +330,12 @@ impl RedisStoreBuilder {
     /// 25 ms to at most 1 s between attempts).
     pub async fn build(self) -> Result<RedisStore, StoreError> {
         let options = &self.options;
-        let mut engine =
+        let engine =
             options.engine(options.connection_timeout + 3 * options.response_timeout, 1)?;
-        // The response timeout is the engine's to keep (one timer per call,
-        // raced against the request's deadline too), not the connection's:
-        // redis-rs would arm a second timer for every command.
-        engine.set_reply_timeout(Some(options.response_timeout));
+        // No response timeout on the connection: a script call waits for
+        // its reply until its caller's deadline (the engine's one timer per
+        // call), and a busy node is not a failed one. The response timeout
+        // bounds the set-up commands below.
         // TCP_NODELAY: a batch call larger than one write would otherwise
         // wait for the server's delayed ACK (40 ms on Linux) under Nagle's
         // algorithm, which redis-rs leaves on by default.

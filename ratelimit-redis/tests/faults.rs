@@ -293,17 +293,16 @@ async fn fred_wrong_type_is_not_transient() {
     wrong_type_is_not_transient(&server, &s).await;
 }
 
-/// The reply bound the test stores are given.
+/// The bound the test stores give a request without a deadline.
 const REPLY: Duration = Duration::from_millis(100);
 
-/// The response timeout (fred: the client's command timeout) bounds each
-/// call even when the store's own bound and the request (no deadline) would
-/// let it wait far longer: the store's one timer per call keeps it, the
-/// client arms none.
+/// A request without a deadline (the `StoreExt` shorthands) is bounded by
+/// the store's own timeout, whatever the client's command or response
+/// timeouts: the store's one timer per call keeps it, the client arms
+/// none.
 async fn reply_bound_holds(server: &RedisServer, store: RedisStore) {
     assert!(store.decide_one(b"warm", &quota(), 1).await.is_ok());
     server.pause();
-    // Far more than the reply bound, far less than the store's bound.
     let outcome = tokio::time::timeout(
         Duration::from_secs(20),
         store.decide_one(b"late", &quota(), 1),
@@ -311,7 +310,7 @@ async fn reply_bound_holds(server: &RedisServer, store: RedisStore) {
     .await;
     server.resume();
     let e = outcome
-        .expect("the call waited past its reply bound for a paused server")
+        .expect("the call waited past the store's bound for a paused server")
         .expect_err("a paused server cannot answer");
     assert!(
         matches!(e, ratelimit_core::StoreError::Timeout(_)),
@@ -329,12 +328,11 @@ async fn reply_bound_holds(server: &RedisServer, store: RedisStore) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn redis_rs_response_timeout_bounds_a_call_without_a_deadline() {
+async fn redis_rs_store_timeout_bounds_a_call_without_a_deadline() {
     let server = RedisServer::start_local();
     let store = RedisStore::builder(server.url())
         .prefix(server.prefix())
-        .response_timeout(REPLY)
-        .timeout(Duration::from_secs(600))
+        .timeout(REPLY)
         .build()
         .await
         .expect("connect");
@@ -343,17 +341,18 @@ async fn redis_rs_response_timeout_bounds_a_call_without_a_deadline() {
 
 #[cfg(feature = "fred")]
 #[tokio::test(flavor = "multi_thread")]
-async fn fred_command_timeout_bounds_a_call_without_a_deadline() {
+async fn fred_store_timeout_bounds_a_call_without_a_deadline() {
     use ratelimit_redis::fred_client::prelude::*;
     let server = RedisServer::start_local();
+    // The client's command timeout (10 minutes) is not the scripts' bound.
     let client = Builder::from_config(Config::from_url(&server.url()).unwrap())
-        .with_performance_config(|p| p.default_command_timeout = REPLY)
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(600))
         .build()
         .unwrap();
     client.init().await.unwrap();
     let store = RedisStore::from_fred(client)
         .with_prefix(server.prefix())
         .unwrap()
-        .with_timeout(Duration::from_secs(600));
+        .with_timeout(REPLY);
     reply_bound_holds(&server, store).await;
 }

@@ -48,11 +48,14 @@ async fn a_busy_node_whose_replies_flow_is_not_judged_failing() {
                     .await
                 {
                     Ok(_) => answered.fetch_add(1, Ordering::Relaxed),
-                    // Waited behind the queue: gave up, or ran after its
-                    // deadline and counted nothing.
-                    Err(StoreError::Timeout(_) | StoreError::Expired) => {
-                        timed_out.fetch_add(1, Ordering::Relaxed)
-                    }
+                    // Waited behind the queue: gave up, ran after its
+                    // deadline and counted nothing, or was refused unsent
+                    // (the node could not answer it in time).
+                    Err(
+                        StoreError::Timeout(_)
+                        | StoreError::Expired
+                        | StoreError::Overloaded { .. },
+                    ) => timed_out.fetch_add(1, Ordering::Relaxed),
                     Err(e) => panic!("a healthy node answered {e}"),
                 };
             }
@@ -178,7 +181,11 @@ fn a_starved_runtime_does_not_open_the_breaker() {
                         .await
                     {
                         Ok(_) => {}
-                        Err(StoreError::Timeout(_) | StoreError::Expired) => {
+                        Err(
+                            StoreError::Timeout(_)
+                            | StoreError::Expired
+                            | StoreError::Overloaded { .. },
+                        ) => {
                             timeouts.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(e) => panic!("{e}"),

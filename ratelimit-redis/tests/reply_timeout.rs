@@ -1,24 +1,21 @@
-//! The reply timeout bounds a node's silence, not one call: a call that
-//! waits behind the node's other replies (calls on one connection are
-//! answered in order, and under load a large batch ahead of it takes
-//! milliseconds) waits on past the reply timeout, up to its caller's
-//! deadline, for as long as the node keeps replying; a node silent for the
-//! reply timeout is given up on then. Checked on the engine with
-//! transports that answer on a schedule (no server: the timing is the
-//! subject), in real time with bounded waits.
+//! The caller's deadline is the only patience: a call that waits behind the
+//! node's other replies (calls on one connection are answered in order,
+//! and under load a large batch ahead of it takes milliseconds) waits for
+//! as long as its caller does, however slow the node; and a node that
+//! stops answering holds a call to its caller's deadline, no longer, and
+//! is judged by its silence (its breaker), not by one slow call. Checked on
+//! the engine with transports that answer on a schedule (no server: the
+//! timing is the subject), in real time with bounded waits.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use ratelimit_core::store::Request;
+use ratelimit_core::store::{Deadline, Request};
 use ratelimit_core::{Charge, Quota, Rate, StoreError};
 use ratelimit_redis::engine::{Engine, Transport};
 use ratelimit_redis::scripts::Call;
-
-/// How long the node may stay silent before a call is given up.
-const REPLY_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// Answers calls in the order they came, one every `every` from the first
 /// call's sending; calls from number `silent_from` on are never answered.
@@ -62,12 +59,11 @@ impl Transport for Paced {
     }
 }
 
-/// An engine whose decisions wait up to `timeout`, every request its own
-/// call (all in flight at once on the node), and the reply timeout.
+/// An engine whose requests without a deadline wait up to `timeout`,
+/// every request its own call (all in flight at once on the node).
 fn engine(timeout: Duration) -> Engine {
     let mut engine = Engine::new(timeout, 1);
     engine.set_max_batch(1);
-    engine.set_reply_timeout(Some(REPLY_TIMEOUT));
     engine
 }
 
@@ -75,56 +71,74 @@ async fn decide(
     engine: &Engine,
     transport: &Arc<dyn Transport>,
     key: &str,
+    deadline: Deadline,
 ) -> Result<bool, StoreError> {
     let q = Quota::fixed_window(Rate::per_hour(1_000)).unwrap();
     let charges = [Charge::new(&q, 1)];
     engine
-        .decide(transport, Request::new(key.as_bytes(), &charges))
+        .decide(
+            transport,
+            Request::new(key.as_bytes(), &charges).with_deadline(deadline),
+        )
         .await
         .map(|d| d[0].allowed)
 }
 
 /// Eight calls in flight at once, answered one every 50 ms: the last ones
-/// come back 300-400 ms after their sending, past the 200 ms reply
-/// timeout, and are still answered, because the node replied within the
-/// reply timeout all along.
+/// come back 350-400 ms after their sending, and are answered, because
+/// their callers wait 10 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_behind_a_busy_nodes_replies_waits_past_the_reply_timeout() {
-    let engine = engine(Duration::from_secs(10));
+async fn a_call_behind_a_busy_nodes_replies_waits_as_long_as_its_caller() {
+    let engine = engine(Duration::from_millis(100));
     let transport: Arc<dyn Transport> = Arc::new(Paced::new(Duration::from_millis(50), u32::MAX));
     let started = Instant::now();
     let mut callers = Vec::new();
     for i in 0..8 {
         let (engine, transport) = (engine.clone(), Arc::clone(&transport));
         callers.push(tokio::spawn(async move {
-            decide(&engine, &transport, &format!("c{i}")).await
+            let deadline = Deadline::within(Duration::from_secs(10));
+            decide(&engine, &transport, &format!("c{i}"), deadline).await
         }));
     }
     for (i, c) in callers.into_iter().enumerate() {
         let r = c.await.expect("caller");
         assert!(matches!(r, Ok(true)), "call {i}: {r:?}");
     }
-    // The last reply came after the reply timeout: the wait went on past it.
+    // The last reply came after the store's own bound for requests without
+    // a deadline: only the caller's deadline counted.
     assert!(
-        started.elapsed() > REPLY_TIMEOUT,
-        "the calls were answered within the reply timeout: this test checks nothing"
+        started.elapsed() > Duration::from_millis(100),
+        "the calls were answered within 100 ms: this test checks nothing"
     );
 }
 
-/// A node that answers one call and then nothing: the second call is given
-/// up once the node has been silent for the reply timeout, long before its
-/// caller's deadline (30 s), as a timeout.
+/// A node that answers one call and then nothing: the second call is held
+/// to its caller's deadline (300 ms), not cut short before it, and ends as
+/// a timeout; a request without a deadline is held to the store's own
+/// bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_node_is_given_up_at_the_reply_timeout() {
-    let engine = engine(Duration::from_secs(30));
+async fn a_silent_node_holds_a_call_to_its_callers_deadline() {
+    let engine = engine(Duration::from_millis(400));
     let transport: Arc<dyn Transport> = Arc::new(Paced::new(Duration::from_millis(10), 1));
-    assert!(matches!(decide(&engine, &transport, "a").await, Ok(true)));
+    assert!(matches!(
+        decide(&engine, &transport, "a", Deadline::NONE).await,
+        Ok(true)
+    ));
+    let due = Duration::from_millis(300);
     let started = Instant::now();
-    let r = decide(&engine, &transport, "b").await;
+    let r = decide(&engine, &transport, "b", Deadline::within(due)).await;
+    let waited = started.elapsed();
     assert!(matches!(r, Err(StoreError::Timeout(_))), "{r:?}");
     assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "a silent node held its call {:?}, not the reply timeout",
-        started.elapsed()
+        waited >= due,
+        "given up after {waited:?}, before its deadline"
     );
+    assert!(
+        waited < Duration::from_secs(15),
+        "a silent node held its call {waited:?}, past its deadline"
+    );
+    let started = Instant::now();
+    let r = decide(&engine, &transport, "c", Deadline::NONE).await;
+    assert!(matches!(r, Err(StoreError::Timeout(_))), "{r:?}");
+    assert!(started.elapsed() >= Duration::from_millis(400));
 }

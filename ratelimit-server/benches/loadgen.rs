@@ -400,12 +400,15 @@ fn main() {
         );
         // 2. The service in process: lookup, the descriptor's state name,
         //    one store request, the response.
-        let svc = Arc::new(RateLimitService::new(
-            Arc::new(LocalStore::new()),
-            Config::from_yaml_str("bench.yaml", CONFIG).expect("config"),
-            Settings::default(),
-            "local",
-        ));
+        let svc = Arc::new(
+            RateLimitService::new(
+                Arc::new(LocalStore::new()),
+                Config::from_yaml_str("bench.yaml", CONFIG).expect("config"),
+                Settings::default(),
+                "local",
+            )
+            .expect("service settings"),
+        );
         rows.push(
             closed_loop(
                 "service in process: `should_rate_limit`, local store",

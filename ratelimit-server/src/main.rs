@@ -267,7 +267,10 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
         limits = config.limit_count(),
         "configuration loaded"
     );
-    let service = Arc::new(RateLimitService::new(store, config, settings, backend));
+    let service = Arc::new(
+        RateLimitService::new(store, config, settings, backend)
+            .map_err(|e| format!("invalid settings: {e}"))?,
+    );
     let grpc = tokio::net::TcpListener::bind(cli.grpc_addr)
         .await
         .map_err(|e| format!("cannot listen for gRPC on {}: {e}", cli.grpc_addr))?;

@@ -148,7 +148,9 @@ struct Charge {
 /// and the settings. Shared by the gRPC and HTTP front ends.
 pub struct RateLimitService {
     store: Arc<dyn Store>,
-    fallback: Option<Arc<dyn Store>>,
+    /// Decides every request: kept for the service's life, so that its
+    /// leases, breaker, counters and log guard serve every request.
+    limiter: Limiter,
     config: ArcSwap<Config>,
     settings: Settings,
     clock: Arc<dyn Clock>,
@@ -219,34 +221,56 @@ impl RateLimitService {
     /// A service over `store` with `config`. `backend` labels the store in
     /// logs and `/rlconfig` (`local`, `redis`, `cluster`).
     ///
-    /// With [`Degraded::Instances`], an in-process fallback store is made
-    /// here and shared by every request.
+    /// The requests are decided by one [`Limiter`] built here and kept for
+    /// the service's life (its quotas come with each request: see
+    /// [`Limiter::check_charges`]): its leases, breaker, counters and log
+    /// guard serve every request, and with [`Degraded::Instances`] so does
+    /// one in-process fallback store.
+    ///
+    /// Fails on settings the limiter refuses (a namespace outside
+    /// `A-Z a-z 0-9 _ - .`, a zero timeout, zero instances).
     pub fn new(
         store: Arc<dyn Store>,
         config: Config,
         settings: Settings,
         backend: impl Into<String>,
-    ) -> Self {
-        let fallback = match settings.degraded {
-            Degraded::Instances(..) => Some(Arc::new(
-                ratelimit_local::LocalStore::new().max_callers(settings.fallback_callers),
-            ) as Arc<dyn Store>),
-            _ => None,
-        };
+    ) -> Result<Self, ratelimit_core::ConfigError> {
         let clock = store
             .capabilities()
             .clock
             .unwrap_or_else(|| Arc::new(SystemClock));
+        let mut b = Limiter::builder_arc(store.clone())
+            .quotas_per_call()
+            .namespace(&settings.namespace)?
+            .timeout(settings.timeout)
+            .clock(ClockRef(clock.clone()));
+        b = match settings.degraded {
+            Degraded::None => b,
+            Degraded::Instances(n, policy) => b
+                .fallback(
+                    ratelimit_local::LocalStore::new().max_callers(settings.fallback_callers),
+                    n,
+                )
+                .failure_policy(policy),
+            Degraded::Policy(p) => b.failure_policy(p),
+        };
+        let limiter = b.build()?;
         metrics::config_loaded(&config);
-        Self {
+        Ok(Self {
             store,
-            fallback,
+            limiter,
             config: ArcSwap::from_pointee(config),
             settings,
             clock,
             serving: AtomicBool::new(true),
             backend: backend.into(),
-        }
+        })
+    }
+
+    /// The limiter that decides every request (its statistics, its
+    /// breaker).
+    pub fn limiter(&self) -> &Limiter {
+        &self.limiter
     }
 
     /// The configuration in force.
@@ -590,36 +614,20 @@ impl RateLimitService {
         }
     }
 
-    /// Decides every charge in one store request, through a limiter built
-    /// for it: the library's timeout, deadline, fallback store and failure
-    /// policy apply.
+    /// Decides every charge in one store request, through the service's
+    /// limiter: the library's timeout, deadline, leases, fallback store and
+    /// failure policy apply.
     async fn check(&self, domain: &str, charges: &[Charge]) -> Result<Verdict, ServiceError> {
-        let mut b = Limiter::builder_arc(self.store.clone())
-            .namespace(&self.settings.namespace)
-            .map_err(|e| ServiceError::Internal(e.to_string()))?
-            .timeout(self.settings.timeout)
-            .clock(ClockRef(self.clock.clone()));
-        for c in charges {
-            b = if c.shadow {
-                b.shadow_quota(c.quota.clone())
-            } else {
-                b.quota(c.quota.clone())
-            };
-        }
-        b = match self.settings.degraded {
-            Degraded::None => b,
-            Degraded::Instances(n, policy) => match &self.fallback {
-                Some(f) => b.fallback(f.clone(), n).failure_policy(policy),
-                None => b.instances(n).failure_policy(policy),
-            },
-            Degraded::Policy(p) => b.failure_policy(p),
-        };
-        let limiter = b
-            .build()
-            .map_err(|e| ServiceError::Internal(e.to_string()))?;
-        let costs: Vec<u64> = charges.iter().map(|c| c.cost).collect();
-        limiter
-            .check_costs(domain, &costs)
+        let asked: Vec<ratelimit_core::Charge<'_>> = charges
+            .iter()
+            .map(|c| ratelimit_core::Charge {
+                quota: &c.quota,
+                cost: c.cost,
+                shadow: c.shadow,
+            })
+            .collect();
+        self.limiter
+            .check_charges(domain, &asked)
             .await
             .map_err(|e| ServiceError::Internal(e.to_string()))
     }

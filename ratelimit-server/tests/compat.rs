@@ -203,6 +203,7 @@ fn service(clock: &ManualClock) -> RateLimitService {
         Settings::default(),
         "local",
     )
+    .expect("service settings")
 }
 
 /// One request carrying exactly one limited descriptor (perhaps with

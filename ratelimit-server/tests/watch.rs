@@ -35,12 +35,10 @@ fn a_change_before_the_watch_task_first_runs_is_reloaded() {
         let paths = vec![path];
         let config = Config::load(&paths, LoadOptions::default()).expect("load");
         let store = Arc::new(ratelimit_local::LocalStore::new());
-        let service = Arc::new(RateLimitService::new(
-            store,
-            config,
-            Settings::default(),
-            "local",
-        ));
+        let service = Arc::new(
+            RateLimitService::new(store, config, Settings::default(), "local")
+                .expect("service settings"),
+        );
         assert_eq!(limit(&service), Some(2));
         let _watch = watch_config(service.clone(), paths, LoadOptions::default()).expect("watch");
         // No await since the watch started: its task has not run yet.

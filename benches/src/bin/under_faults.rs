@@ -436,7 +436,7 @@ async fn healthy_table(a: &Args, timeout: Option<Duration>) {
     let server = RedisServer::start_local();
     if let Some(cpu) = a.server_cpu {
         let pid = server.process().pid().expect("the server runs");
-        pin(pid, &cpu.to_string());
+        ratelimit_benches::pin(pid, &cpu.to_string());
     }
     let mut rows = Vec::new();
     for run in 1..=a.runs {
@@ -1069,17 +1069,6 @@ fn machine() -> String {
     )
 }
 
-/// Sets the CPUs process `pid` and all its threads may run on (`cpus`, as
-/// `taskset` takes them: `1`, `0,2-3`).
-fn pin(pid: u32, cpus: &str) {
-    let status = Command::new("taskset")
-        .args(["--all-tasks", "--cpu-list", "--pid", cpus, &pid.to_string()])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap_or_else(|e| panic!("--server-cpu needs taskset (util-linux): {e}"));
-    assert!(status.success(), "taskset -apc {cpus} {pid}: {status}");
-}
-
 fn main() {
     let a = parse_args();
     // Read before the pinning below narrows the CPUs this process sees.
@@ -1087,17 +1076,7 @@ fn main() {
     if let Some(cpu) = a.server_cpu {
         // Before the runtime's threads start: they inherit the CPUs, and
         // the runtime sizes itself by them.
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        assert!(
-            cpu < cores && cores > 1,
-            "--server-cpu {cpu}: this machine has CPUs 0-{}; the load needs one other",
-            cores - 1
-        );
-        let others: Vec<String> = (0..cores)
-            .filter(|&c| c != cpu)
-            .map(|c| c.to_string())
-            .collect();
-        pin(std::process::id(), &others.join(","));
+        ratelimit_benches::pin_self_beside(cpu);
     }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

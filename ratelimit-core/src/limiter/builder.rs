@@ -32,6 +32,10 @@ pub struct LimiterBuilder {
     fallback: Option<(Arc<dyn Store>, u32)>,
     instances: Option<u32>,
     fallback_callers: usize,
+    /// `Some(capacity)`: leases for up to that many callers; `None`: none.
+    leases: Option<usize>,
+    /// Built for quotas that come with each call: no quota of its own.
+    per_call: bool,
     #[cfg(feature = "deny-cache")]
     deny_cache: Option<DenyCache>,
 }
@@ -51,6 +55,8 @@ impl LimiterBuilder {
             fallback: None,
             instances: None,
             fallback_callers: super::fallback_store::DEFAULT_FALLBACK_CALLERS,
+            leases: Some(super::lease::DEFAULT_LEASE_CALLERS),
+            per_call: false,
             #[cfg(feature = "deny-cache")]
             deny_cache: None,
         }
@@ -116,7 +122,7 @@ impl LimiterBuilder {
     /// [`crate::Source::Fallback`] and their headers give the divided
     /// numbers. Give the number once, where the limiter is built.
     pub fn instances(mut self, instances: u32) -> Self {
-        self.instances = Some(instances.max(1));
+        self.instances = Some(instances);
         self
     }
 
@@ -125,6 +131,45 @@ impl LimiterBuilder {
     /// (see [`super::FallbackStore`]).
     pub fn fallback_callers(mut self, max: usize) -> Self {
         self.fallback_callers = max;
+        self
+    }
+
+    /// A limiter whose quotas come with each call
+    /// ([`Limiter::check_charges`]), with none of its own: for a service
+    /// whose quotas arrive with each request (the rate-limit service). Its
+    /// `check`, `check_n`, `check_all` and `check_costs` have no quota to
+    /// check (the last three answer [`crate::CostError::NoQuota`], `check`
+    /// denies and logs an error); quotas added with
+    /// [`LimiterBuilder::quota`] are refused by [`LimiterBuilder::build`].
+    pub fn quotas_per_call(mut self) -> Self {
+        self.per_call = true;
+        self
+    }
+
+    /// Leases for at most `callers` callers (default
+    /// [`super::DEFAULT_LEASE_CALLERS`], 100,000; on for every store that is
+    /// not in process): while the store cannot answer, a caller it answered
+    /// recently is decided from that answer ([`crate::Source::Lease`]):
+    /// admitted at most its `remaining` (divided by
+    /// [`LimiterBuilder::instances`]) times, and an exhausted caller denied
+    /// until its reset. Beyond the limit, leases admit at most what the
+    /// store itself admitted after the oldest lease in use was granted
+    /// (the bound is derived in the limiter's docs, "Degraded answers").
+    /// Callers the store never answered (or whose lease has reset) are
+    /// decided by the fallback store when the store is unavailable, by the
+    /// failure policy when it is busy. Zero is refused by
+    /// [`LimiterBuilder::build`]: turn leases off with
+    /// [`LimiterBuilder::no_leases`].
+    pub fn leases(mut self, callers: usize) -> Self {
+        self.leases = Some(callers);
+        self
+    }
+
+    /// No leases: while the store cannot answer, every call is decided by
+    /// the fallback store or the failure policy as if the store had never
+    /// answered its caller.
+    pub fn no_leases(mut self) -> Self {
+        self.leases = None;
         self
     }
 
@@ -156,7 +201,7 @@ impl LimiterBuilder {
     /// in-process store, such as `ratelimit-local`'s `LocalStore` with a
     /// bound on its callers) instead of the built-in one.
     pub fn fallback(mut self, store: impl Store + 'static, instances: u32) -> Self {
-        self.fallback = Some((Arc::new(store), instances.max(1)));
+        self.fallback = Some((Arc::new(store), instances));
         self
     }
 
@@ -189,8 +234,50 @@ impl LimiterBuilder {
 
     /// Builds the limiter.
     pub fn build(self) -> Result<Limiter, ConfigError> {
-        if self.quotas.is_empty() {
-            return Err(ConfigError::NoQuota);
+        match (self.quotas.is_empty(), self.per_call) {
+            (true, false) => return Err(ConfigError::NoQuota),
+            (false, true) => {
+                return Err(ConfigError::InvalidSetting {
+                    setting: "LimiterBuilder::quotas_per_call",
+                    detail: "a limiter whose quotas come with each call has none of its own: \
+                             drop its LimiterBuilder::quota calls, or quotas_per_call"
+                        .to_owned(),
+                });
+            }
+            _ => {}
+        }
+        if self.timeout.is_zero() {
+            return Err(ConfigError::InvalidSetting {
+                setting: "LimiterBuilder::timeout",
+                detail: "a timeout of zero leaves the store no time to answer any call; give it \
+                         the time a call may take (the default is 20 ms)"
+                    .to_owned(),
+            });
+        }
+        if self.leases == Some(0) {
+            return Err(ConfigError::InvalidSetting {
+                setting: "LimiterBuilder::leases",
+                detail: "leases for zero callers keep none; give a number of callers (the \
+                         default is 100,000), or turn leases off with \
+                         LimiterBuilder::no_leases"
+                    .to_owned(),
+            });
+        }
+        if self.fallback_callers == 0 {
+            return Err(ConfigError::InvalidSetting {
+                setting: "LimiterBuilder::fallback_callers",
+                detail: "a fallback store for zero callers decides none of them; give a number \
+                         of callers (the default is 100,000)"
+                    .to_owned(),
+            });
+        }
+        if self.instances == Some(0) || matches!(self.fallback, Some((_, 0))) {
+            return Err(ConfigError::InvalidSetting {
+                setting: "LimiterBuilder::instances",
+                detail: "zero instances share nothing; give the number of application \
+                         instances sharing the quota (at least 1)"
+                    .to_owned(),
+            });
         }
         for (i, a) in self.quotas.iter().enumerate() {
             if self.quotas[..i]
@@ -220,6 +307,15 @@ impl LimiterBuilder {
         {
             return Err(ConfigError::NoDegradedMode);
         }
+        let sharing = match (&self.fallback, self.instances) {
+            (Some((_, n)), _) => *n,
+            (None, Some(n)) => n,
+            (None, None) => 1,
+        };
+        let leases = self
+            .leases
+            .filter(|_| !capabilities.in_process)
+            .map(|callers| super::lease::Leases::new(callers, sharing));
         let fallback_store = match (self.fallback, self.instances) {
             (Some((store, n)), _) => Some((store, n)),
             (None, Some(n)) => Some((
@@ -275,7 +371,6 @@ impl LimiterBuilder {
                 counters: Counters::default(),
                 in_process: std::sync::atomic::AtomicBool::new(capabilities.in_process),
                 plain: std::sync::atomic::AtomicBool::new(plain),
-                last_warning: AtomicU64::new(0),
                 last_shadow_log: AtomicU64::new(0),
                 // An in-process store is never unavailable: its failures are
                 // bugs or bad input, which a breaker would only hide. A store
@@ -286,6 +381,7 @@ impl LimiterBuilder {
                     self.breaker.map(Health::new)
                 },
                 fallback,
+                leases,
                 #[cfg(feature = "deny-cache")]
                 deny_cache: self.deny_cache.map(deny_cache::Cache::new),
                 jitter: acquire::Jitter::new(seed),
@@ -295,7 +391,7 @@ impl LimiterBuilder {
 }
 
 /// A stable-within-the-process fingerprint of a quota's name and numbers.
-fn fingerprint(q: &Quota) -> u64 {
+pub(super) fn fingerprint(q: &Quota) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     q.hash(&mut h);
     h.finish()

@@ -5,14 +5,17 @@
 
 mod acquire;
 mod builder;
+mod charges;
 mod check;
 #[cfg(feature = "deny-cache")]
 mod deny_cache;
 mod fallback_store;
+mod lease;
 mod path;
 mod stats;
 mod telemetry;
 mod timer;
+mod warnings;
 
 use std::fmt;
 use std::sync::Arc;
@@ -25,6 +28,7 @@ pub use check::Check;
 #[cfg(feature = "deny-cache")]
 pub use deny_cache::DenyCache;
 pub use fallback_store::{DEFAULT_FALLBACK_CALLERS, FallbackStore};
+pub use lease::DEFAULT_LEASE_CALLERS;
 pub use stats::LimiterStats;
 #[cfg(feature = "tokio")]
 pub use timer::TokioTimer;
@@ -120,8 +124,8 @@ struct Inner {
     store: Arc<dyn Store>,
     quotas: Vec<Quota>,
     shadow: Vec<bool>,
-    /// Per quota: a fingerprint of its name and numbers (deny cache keys).
-    #[cfg_attr(not(feature = "deny-cache"), allow(dead_code))]
+    /// Per quota: a fingerprint of its name and numbers (deny cache and
+    /// lease keys).
     fingerprints: Vec<u64>,
     namespace: String,
     /// `namespace ~`, the head of every store key.
@@ -140,10 +144,12 @@ struct Inner {
     /// `in_process`, and no shadow quota, deny cache or breaker: a check
     /// needs nothing but the store's decision and the counters.
     plain: AtomicBool,
-    last_warning: AtomicU64,
     last_shadow_log: AtomicU64,
     breaker: Option<Health>,
     fallback: Option<Fallback>,
+    /// The store's last answer per caller and quota, for when it cannot
+    /// answer (none for an in-process store).
+    leases: Option<lease::Leases>,
     #[cfg(feature = "deny-cache")]
     deny_cache: Option<deny_cache::Cache>,
     jitter: acquire::Jitter,
@@ -197,8 +203,23 @@ impl Limiter {
     fn check_caller(&self, caller: &[u8]) -> Check<'_> {
         match &self.inner.quotas[..] {
             [q] => self.check_one(0, q, caller, 1),
+            [] => self.no_quota(),
             _ => self.check_several(caller),
         }
+    }
+
+    /// A check on a limiter with no quotas of its own (built for quotas
+    /// per call): nothing can admit the call; said once a second at most.
+    #[cold]
+    fn no_quota(&self) -> Check<'_> {
+        if warnings::may_warn().is_some() {
+            tracing::error!(
+                namespace = %self.inner.namespace,
+                "Limiter::check on a limiter with no quotas of its own (built with \
+                 quotas_per_call): denied; pass the call's quotas to Limiter::check_charges"
+            );
+        }
+        Check::ready(Decision::from_policy(false, 0))
     }
 
     /// [`Limiter::check`] with several quotas: one request, all or nothing.
@@ -224,12 +245,14 @@ impl Limiter {
         cost: u64,
     ) -> Result<Decision, CostError> {
         let caller = caller.as_ref();
-        if self.inner.quotas.len() == 1 {
-            let q = &self.inner.quotas[0];
-            q.check_cost(cost)?;
-            return Ok(self.check_one(0, q, caller, cost).await);
+        match &self.inner.quotas[..] {
+            [] => Err(CostError::NoQuota),
+            [q] => {
+                q.check_cost(cost)?;
+                Ok(self.check_one(0, q, caller, cost).await)
+            }
+            _ => Ok(self.check_all(caller, cost).await?.decision),
         }
-        Ok(self.check_all(caller, cost).await?.decision)
     }
 
     /// Checks one call of cost `cost` under every quota, all or nothing,
@@ -256,6 +279,9 @@ impl Limiter {
         costs: &[u64],
     ) -> Result<Verdict, CostError> {
         let inner = &*self.inner;
+        if inner.quotas.is_empty() {
+            return Err(CostError::NoQuota);
+        }
         if costs.len() != inner.quotas.len() {
             return Err(CostError::Count {
                 given: costs.len(),
@@ -300,10 +326,10 @@ impl Limiter {
     /// (none when that quota is in shadow mode). With several quotas, use
     /// [`Limiter::headers_all`].
     pub fn headers(&self, decision: &Decision) -> RateLimitHeaders {
-        if self.inner.shadow[0] {
-            return RateLimitHeaders::empty();
+        match (self.inner.quotas.first(), self.inner.shadow.first()) {
+            (Some(quota), Some(false)) => self.headers_for(decision, quota),
+            _ => RateLimitHeaders::empty(),
         }
-        self.headers_for(decision, &self.inner.quotas[0])
     }
 
     /// The response headers for `decision`, made under `quota`.
@@ -324,15 +350,13 @@ impl Limiter {
             .filter(|(_, shadow)| !**shadow)
             .map(|(pair, _)| pair)
             .collect();
-        if inner.shadow.get(verdict.binding).copied().unwrap_or(true) {
+        let (Some(binding), Some(false)) = (
+            inner.quotas.get(verdict.binding),
+            inner.shadow.get(verdict.binding),
+        ) else {
             return RateLimitHeaders::empty();
-        }
-        RateLimitHeaders::for_all(
-            &verdict.decision,
-            &inner.quotas[verdict.binding],
-            &listed,
-            inner.clock.now(),
-        )
+        };
+        RateLimitHeaders::for_all(&verdict.decision, binding, &listed, inner.clock.now())
     }
 
     /// The current time by the limiter's clock.

@@ -38,6 +38,18 @@ pub(crate) enum Failure {
 }
 
 impl Failure {
+    /// Whether the store is busy rather than unavailable (see
+    /// [`StoreError::is_busy`]): a timeout, a request the store shed or
+    /// that expired. An open breaker, an error that proves the store
+    /// unreachable and a panic are not.
+    pub(crate) fn is_busy(&self) -> bool {
+        match self {
+            Self::Error(e) => e.is_busy(),
+            Self::Timeout { .. } => true,
+            Self::Panicked | Self::Open => false,
+        }
+    }
+
     /// What to log: the error and whether it is transient.
     fn describe(&self, timeout: Duration) -> (String, bool) {
         match self {
@@ -359,7 +371,12 @@ impl Limiter {
         span: Option<tracing::Span>,
     ) -> Check<'a> {
         let _entered = span.as_ref().map(tracing::Span::enter);
-        match self.fallback_one_in_place(index, quota, key, cost) {
+        let decided = match self.leased_one(index, quota, key, cost) {
+            Some(d) => Some(d),
+            None if failure.is_busy() => Some(self.by_policy(quota)),
+            None => self.fallback_one_in_place(index, quota, key, cost),
+        };
+        match decided {
             Some(d) => {
                 self.fail(quota, &failure);
                 self.count_in(&d, quota, span.as_ref());
@@ -423,12 +440,20 @@ impl Limiter {
             Ok(decisions) => {
                 #[cfg(feature = "deny-cache")]
                 self.remember_verdict(key, costs, &decisions, now);
+                for (i, (quota, d)) in inner.quotas.iter().zip(decisions.iter()).enumerate() {
+                    self.lease_from(i, quota, key, d, now);
+                }
                 self.combine(decisions.into_vec())
             }
             Err(failure) => {
                 let binding = &inner.quotas[0];
                 self.fail(binding, &failure);
-                match self.fallback_many(key, costs).await {
+                let fallback = match self.leased_many(key, costs) {
+                    Some(v) => Some(v),
+                    None if failure.is_busy() => None,
+                    None => self.fallback_many(key, costs).await,
+                };
+                match fallback {
                     Some(v) => v,
                     None => {
                         let decisions = inner.quotas.iter().map(|q| self.by_policy(q)).collect();
@@ -450,7 +475,7 @@ impl Limiter {
         let cache = inner.deny_cache.is_some();
         #[cfg(not(feature = "deny-cache"))]
         let cache = false;
-        if inner.breaker.is_some() || cache {
+        if inner.breaker.is_some() || cache || inner.leases.is_some() {
             inner.clock.now()
         } else {
             0
@@ -487,7 +512,7 @@ impl Limiter {
     }
 
     /// Asks the store and waits for its answer (within the timeout).
-    async fn ask<'a>(
+    pub(super) async fn ask<'a>(
         &'a self,
         key: &'a [u8],
         charges: &'a [Charge<'a>],
@@ -589,6 +614,10 @@ impl Limiter {
         let inner = &*self.inner;
         let probe = matches!(permit, Some(Permit::Probe(_)));
         let (timeout, kind) = match &failure {
+            Failure::Error(StoreError::Overloaded { .. }) => {
+                inner.counters.bump(|c| &c.shed);
+                (false, "shed")
+            }
             Failure::Error(_) => (false, "error"),
             Failure::Panicked => (false, "panic"),
             Failure::Timeout { late: false } => (true, "timeout"),
@@ -604,7 +633,7 @@ impl Limiter {
         // being late, nor an error that says the request itself was bad.
         let evidence = match &failure {
             Failure::Timeout { late } => !late,
-            Failure::Error(e) => e.is_transient() && !matches!(e, StoreError::Expired),
+            Failure::Error(e) => e.is_transient() && !e.is_busy(),
             Failure::Panicked => true,
             Failure::Open => false,
         };
@@ -637,7 +666,8 @@ impl Limiter {
             self.remember_denial(index, key, cost, d, now, None);
         }
         #[cfg(not(feature = "deny-cache"))]
-        let _ = (index, key, cost, now);
+        let _ = cost;
+        self.lease_from(index, quota, key, d, now);
         if shadow && !d.allowed {
             self.shadow_denied(quota);
             d.allowed = true;
@@ -658,12 +688,89 @@ impl Limiter {
         failure: Failure,
     ) -> Decision {
         self.fail(quota, &failure);
-        let d = match self.fallback_one(index, quota, key, cost).await {
+        let d = match self.leased_one(index, quota, key, cost) {
             Some(d) => d,
-            None => self.by_policy(quota),
+            None if failure.is_busy() => self.by_policy(quota),
+            None => match self.fallback_one(index, quota, key, cost).await {
+                Some(d) => d,
+                None => self.by_policy(quota),
+            },
         };
         self.count(&d, quota);
         d
+    }
+
+    /// The decision of the caller's live lease under quota `index` (or
+    /// `quota`, for [`Limiter::check_quota`]), spent when it admits; `None`
+    /// without leases or a live lease.
+    fn leased_one(&self, index: usize, quota: &Quota, key: &[u8], cost: u64) -> Option<Decision> {
+        let inner = &*self.inner;
+        let leases = inner.leases.as_ref()?;
+        let fingerprint = match inner.fingerprints.get(index) {
+            Some(&f) => f,
+            None => super::builder::fingerprint(quota),
+        };
+        let shadow = inner.shadow.get(index).copied().unwrap_or(false);
+        let ask = super::lease::Ask {
+            fingerprint,
+            quota,
+            cost,
+            shadow,
+        };
+        let mut d = leases.decide(key, ask, inner.clock.now())?;
+        if shadow && !d.allowed {
+            self.shadow_denied(quota);
+            d.allowed = true;
+            d.retry_after = None;
+        }
+        Some(d)
+    }
+
+    /// A verdict from the caller's live leases under every quota; `None`
+    /// without leases or a live lease for each.
+    fn leased_many(&self, key: &[u8], costs: &[u64]) -> Option<Verdict> {
+        let inner = &*self.inner;
+        let leases = inner.leases.as_ref()?;
+        let asks: SmallVec<[super::lease::Ask<'_>; 4]> = inner
+            .quotas
+            .iter()
+            .zip(costs)
+            .zip(&inner.shadow)
+            .zip(&inner.fingerprints)
+            .map(
+                |(((quota, &cost), &shadow), &fingerprint)| super::lease::Ask {
+                    fingerprint,
+                    quota,
+                    cost,
+                    shadow,
+                },
+            )
+            .collect();
+        let decisions = leases.decide_all(key, &asks, inner.clock.now())?;
+        Some(self.combine(decisions))
+    }
+
+    /// Records a store decision under quota `index` (or `quota`) as the
+    /// caller's lease, for a request sent at `sent`.
+    #[inline]
+    pub(super) fn lease_from(
+        &self,
+        index: usize,
+        quota: &Quota,
+        key: &[u8],
+        d: &Decision,
+        sent: Micros,
+    ) {
+        let inner = &*self.inner;
+        if let Some(leases) = &inner.leases
+            && d.source == Source::Store
+        {
+            let fingerprint = match inner.fingerprints.get(index) {
+                Some(&f) => f,
+                None => super::builder::fingerprint(quota),
+            };
+            leases.record(key, fingerprint, d, sent);
+        }
     }
 
     /// The fallback store's quota for quota `index` (or `quota` divided, for
@@ -741,7 +848,19 @@ impl Limiter {
     /// or the admitting one with the least remaining relative to its limit.
     pub(super) fn combine(&self, decisions: Vec<Decision>) -> Verdict {
         let inner = &*self.inner;
-        let enforced = |i: &usize| !inner.shadow[*i];
+        self.combine_of(decisions, &inner.quotas, &inner.shadow)
+    }
+
+    /// [`Limiter::combine`] over `quotas` with their `shadow` flags (the
+    /// limiter's own, or a call's).
+    pub(super) fn combine_of<Q: std::borrow::Borrow<Quota>>(
+        &self,
+        decisions: Vec<Decision>,
+        quotas: &[Q],
+        shadow: &[bool],
+    ) -> Verdict {
+        let shadowed_at = |i: usize| shadow.get(i).copied().unwrap_or(false);
+        let enforced = |i: &usize| !shadowed_at(*i);
         let all: Vec<usize> = (0..decisions.len()).collect();
         let admitted = all
             .iter()
@@ -772,17 +891,26 @@ impl Limiter {
                 .max_by_key(|&i| decisions[i].retry_after)
                 .unwrap_or(0)
         };
-        let mut decision = decisions[binding].clone();
+        let Some(mut decision) = decisions.get(binding).cloned() else {
+            // No decision at all (no quota): nothing admits the call.
+            return Verdict {
+                decision: Decision::from_policy(false, 0),
+                binding: 0,
+                quotas: decisions,
+            };
+        };
         decision.allowed = admitted;
         if admitted {
             decision.retry_after = None;
             let shadowed: Vec<usize> = all
                 .iter()
                 .copied()
-                .filter(|&i| inner.shadow[i] && !decisions[i].allowed)
+                .filter(|&i| shadowed_at(i) && !decisions[i].allowed)
                 .collect();
             for &i in &shadowed {
-                self.shadow_denied(&inner.quotas[i]);
+                if let Some(q) = quotas.get(i) {
+                    self.shadow_denied(q.borrow());
+                }
             }
             if !shadowed.is_empty() && decision.source == Source::Store {
                 decision.source = Source::Shadow;
@@ -795,40 +923,44 @@ impl Limiter {
         }
     }
 
-    fn by_policy(&self, quota: &Quota) -> Decision {
+    pub(super) fn by_policy(&self, quota: &Quota) -> Decision {
         Decision::from_policy(self.inner.policy == FailurePolicy::FailOpen, quota.limit())
     }
 
-    /// Logs a store failure: at most one warning per second per limiter (an
-    /// outage at API traffic rates must not flood the logs; the counters see
-    /// every one).
-    fn fail(&self, quota: &Quota, failure: &Failure) {
+    /// Logs a store failure: at most one warning a second **in the
+    /// process**, whatever the number of limiters (an outage at API
+    /// traffic rates must not flood the logs), saying how many failures
+    /// went unlogged since the last one; the counters see every one.
+    pub(super) fn fail(&self, quota: &Quota, failure: &Failure) {
         let inner = &*self.inner;
-        let (error, transient) = failure.describe(inner.timeout);
-        let now = inner.clock.now();
-        let last = inner.last_warning.load(Ordering::Relaxed);
-        let open = inner.policy == FailurePolicy::FailOpen;
-        if !matches!(failure, Failure::Open)
-            && now.saturating_sub(last) >= 1_000_000
-            && inner
-                .last_warning
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            let stats = self.stats();
-            tracing::warn!(
-                namespace = %inner.namespace,
-                policy = quota.name(),
-                error = %error,
-                transient,
-                fail_open = open,
-                fallback = inner.fallback.is_some(),
-                errors = stats.errors,
-                timeouts = stats.timeouts,
-                "rate-limit store failed; deciding by fallback or failure policy (logged at most once a second)"
-            );
-        } else {
-            tracing::debug!(namespace = %inner.namespace, policy = quota.name(), error = %error, "rate-limit store failed");
+        if matches!(failure, Failure::Open) {
+            return;
+        }
+        match super::warnings::may_warn() {
+            Some(suppressed) => {
+                let (error, transient) = failure.describe(inner.timeout);
+                let stats = self.stats();
+                tracing::warn!(
+                    namespace = %inner.namespace,
+                    policy = quota.name(),
+                    error = %error,
+                    transient,
+                    fail_open = inner.policy == FailurePolicy::FailOpen,
+                    fallback = inner.fallback.is_some(),
+                    leases = inner.leases.is_some(),
+                    errors = stats.errors,
+                    timeouts = stats.timeouts,
+                    suppressed,
+                    "rate-limit store failed; deciding by lease, fallback or failure policy \
+                     (logged at most once a second in this process; `suppressed`: failures \
+                     not logged since the last warning)"
+                );
+            }
+            None if tracing::enabled!(tracing::Level::DEBUG) => {
+                let (error, _) = failure.describe(inner.timeout);
+                tracing::debug!(namespace = %inner.namespace, policy = quota.name(), error = %error, "rate-limit store failed");
+            }
+            None => {}
         }
     }
 
@@ -872,17 +1004,28 @@ impl Limiter {
     /// quota (stats, metrics, the current span), and each quota's own
     /// decision under its policy (metrics).
     fn count_verdict(&self, v: &Verdict) {
+        self.count_verdict_of(v, &self.inner.quotas);
+    }
+
+    /// [`Limiter::count_verdict`] under `quotas` (the limiter's own, or a
+    /// call's).
+    pub(super) fn count_verdict_of<Q: std::borrow::Borrow<Quota>>(
+        &self,
+        v: &Verdict,
+        quotas: &[Q],
+    ) {
         let inner = &*self.inner;
         self.bump_stats(&v.decision);
-        let binding = &inner.quotas[v.binding];
-        telemetry::decision(
-            &inner.labels,
-            binding,
-            &v.decision,
-            Some(&tracing::Span::current()),
-        );
-        for (quota, d) in inner.quotas.iter().zip(&v.quotas) {
-            telemetry::policy_decision(&inner.labels, quota, d);
+        if let Some(binding) = quotas.get(v.binding) {
+            telemetry::decision(
+                &inner.labels,
+                binding.borrow(),
+                &v.decision,
+                Some(&tracing::Span::current()),
+            );
+        }
+        for (quota, d) in quotas.iter().zip(&v.quotas) {
+            telemetry::policy_decision(&inner.labels, quota.borrow(), d);
         }
     }
 
@@ -900,6 +1043,7 @@ impl Limiter {
             Source::FailClosed => &c.fail_closed,
             Source::Fallback => &c.fallback,
             Source::Cache => &c.cache_hits,
+            Source::Lease => &c.leased,
         });
     }
 

@@ -27,6 +27,12 @@ pub struct LimiterStats {
     pub timeouts: u64,
     /// Calls not sent to the store because the circuit breaker was open.
     pub short_circuits: u64,
+    /// Calls decided from the caller's lease while the store could not
+    /// answer ([`crate::Source::Lease`]).
+    pub leased: u64,
+    /// Store calls the store shed at once because its failure domain was
+    /// busy ([`crate::StoreError::Overloaded`]; also counted in `errors`).
+    pub shed: u64,
 }
 
 /// Stripes a thread may own: a thread that owns one is its only writer,
@@ -55,6 +61,8 @@ pub(crate) struct Stripe {
     pub(crate) errors: AtomicU64,
     pub(crate) timeouts: AtomicU64,
     pub(crate) short_circuits: AtomicU64,
+    pub(crate) leased: AtomicU64,
+    pub(crate) shed: AtomicU64,
 }
 
 /// The limiter's counters, striped per thread and kept in an allocation of
@@ -200,6 +208,8 @@ impl Counters {
             errors: self.sum(|s| &s.errors),
             timeouts: self.sum(|s| &s.timeouts),
             short_circuits: self.sum(|s| &s.short_circuits),
+            leased: self.sum(|s| &s.leased),
+            shed: self.sum(|s| &s.shed),
         }
     }
 }

@@ -1,0 +1,388 @@
+//! Leases: the store's last answer for each caller, kept so that while the
+//! store cannot answer (busy, or unavailable) a caller it answered recently
+//! is decided from that answer, and never past it.
+//!
+//! # The rules
+//!
+//! Every decision the store makes for a caller under a quota (admitted or
+//! denied) replaces that caller's lease for the quota: the store's
+//! `remaining` divided by the number of instances sharing the quota `N`
+//! ([`crate::LimiterBuilder::instances`]; 1 when not given), its **share**,
+//! and the instant the caller's state is fresh again, `reset_at = t_sent +
+//! reset_after` on the limiter's clock (`t_sent` read before the store was
+//! asked, so `reset_at` is never later than the store's own reset). While
+//! the store cannot answer, a call of cost `c` under a live lease
+//! (`now < reset_at`) is:
+//!
+//! - **admitted** if the lease's admissions since the store's answer plus
+//!   `c` stay within the share (the share is spent);
+//! - **denied** otherwise, with `retry_after = reset_at - now`: an
+//!   exhausted caller stays denied until its reset, or until the store
+//!   answers again and replaces the lease.
+//!
+//! A caller whose lease has passed its reset, or whom the store never
+//! answered, has none: the limiter's fallback store decides it if the store
+//! is unavailable, its failure policy if the store is busy.
+//!
+//! # The bound
+//!
+//! For one caller and quota within one of the quota's windows, let `C(t)`
+//! be what the store had admitted by `t` and `t_1 .. t_N` the instants of
+//! the instances' leases (each instance's last store answer). Instance `i`
+//! admits at most `(L - C(t_i)) / N` from its lease, so all of them
+//! together at most `L - C(t_oldest)`, and the window's total is at most
+//! `L + (C(t_end) - C(t_oldest))`: **beyond the limit, leases admit at most
+//! what the store itself admitted after the oldest lease in use was
+//! granted**. An instance that is the only one deciding for a caller
+//! (`N = 1`, or sticky routing) holds a lease as current as the store's
+//! state and admits nothing beyond the limit. Leases never add budget the
+//! store did not state: a token bucket's refill and a sliding window's
+//! decay while degraded are not counted (a degraded instance may deny what
+//! the store would admit, never the reverse).
+//!
+//! # Cost and memory
+//!
+//! One lock of one of [`SHARDS`] shards and one hash lookup per store
+//! decision (an allocation only for a caller not seen before). At most
+//! `capacity` callers are kept; a full shard first drops the leases whose
+//! reset has passed (only when one has), and a caller that still finds no
+//! room gets no lease (decided, while the store cannot answer, as a caller
+//! the store never answered).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use crate::clock::{Micros, duration_to_micros};
+use crate::decision::{Decision, Source};
+use crate::quota::Quota;
+
+/// Shards of the lease table: callers spread over this many locks.
+pub(crate) const SHARDS: usize = 64;
+
+/// The default most callers a limiter keeps leases for: 100,000.
+pub const DEFAULT_LEASE_CALLERS: usize = 100_000;
+
+/// One caller's lease under one quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Lease {
+    /// The quota's fingerprint (name and numbers).
+    quota: u64,
+    /// What may be admitted from the lease: the store's `remaining` / N.
+    share: u64,
+    /// What has been admitted from it since the store's answer.
+    spent: u64,
+    /// When the caller's state is fresh again (limiter clock, µs).
+    reset_at: Micros,
+}
+
+/// One shard: callers' leases by store key.
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<Box<[u8]>, SmallVec<[Lease; 1]>>,
+    /// The earliest `reset_at` in the shard (0: empty): nothing can be
+    /// dropped before it.
+    earliest: Micros,
+}
+
+/// What one quota of a request asks of the leases: its fingerprint, its
+/// quota, the cost, and whether it is in shadow mode (a shadow quota's
+/// lease is reported, never enforced).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask<'a> {
+    pub(crate) fingerprint: u64,
+    pub(crate) quota: &'a Quota,
+    pub(crate) cost: u64,
+    pub(crate) shadow: bool,
+}
+
+/// The leases of one limiter (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Leases {
+    shards: Box<[Mutex<Shard>]>,
+    per_shard: usize,
+    instances: u64,
+}
+
+impl Leases {
+    /// Leases for at most `capacity` callers (at least one a shard), each
+    /// the store's remaining divided by `instances`.
+    pub(crate) fn new(capacity: usize, instances: u32) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            per_shard: capacity.div_ceil(SHARDS).max(1),
+            instances: u64::from(instances.max(1)),
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> MutexGuard<'_, Shard> {
+        // FNV-1a: cheap, and the map hashes the key again with its own
+        // (keyed) hasher.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in key {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        let i = usize::try_from(h % SHARDS as u64).unwrap_or(0);
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The store decided `d` for `key` under the quota of `fingerprint`, for
+    /// a request sent at `sent` (limiter clock): the caller's lease for the
+    /// quota is replaced.
+    pub(crate) fn record(&self, key: &[u8], fingerprint: u64, d: &Decision, sent: Micros) {
+        let lease = Lease {
+            quota: fingerprint,
+            share: d.remaining / self.instances,
+            spent: 0,
+            reset_at: sent.saturating_add(duration_to_micros(d.reset_after)),
+        };
+        let mut shard = self.shard(key);
+        if let Some(leases) = shard.map.get_mut(key) {
+            match leases.iter_mut().find(|l| l.quota == fingerprint) {
+                Some(l) => *l = lease,
+                None => leases.push(lease),
+            }
+        } else {
+            if shard.map.len() >= self.per_shard && !shard.make_room(sent, self.per_shard) {
+                return;
+            }
+            let mut leases = SmallVec::new();
+            leases.push(lease);
+            shard.map.insert(key.into(), leases);
+        }
+        if shard.earliest == 0 || lease.reset_at < shard.earliest {
+            shard.earliest = lease.reset_at;
+        }
+    }
+
+    /// The decision of `key`'s live lease for one quota at `now`, spending
+    /// it when it admits (see the module docs); `None`: no live lease.
+    pub(crate) fn decide(&self, key: &[u8], ask: Ask<'_>, now: Micros) -> Option<Decision> {
+        Some(self.decide_all(key, &[ask], now)?.remove(0))
+    }
+
+    /// The decisions of `key`'s live leases for every quota of `asks`, all
+    /// or nothing: spent only if every enforced quota's lease admits the
+    /// call. `None`: some quota has no live lease.
+    pub(crate) fn decide_all(
+        &self,
+        key: &[u8],
+        asks: &[Ask<'_>],
+        now: Micros,
+    ) -> Option<Vec<Decision>> {
+        let mut shard = self.shard(key);
+        let leases = shard.map.get_mut(key)?;
+        let mut found: SmallVec<[usize; 4]> = SmallVec::new();
+        for ask in asks {
+            let i = leases
+                .iter()
+                .position(|l| l.quota == ask.fingerprint && now < l.reset_at)?;
+            found.push(i);
+        }
+        let admits = |l: &Lease, cost: u64| l.spent.saturating_add(cost) <= l.share;
+        let admitted = asks
+            .iter()
+            .zip(&found)
+            .all(|(ask, &i)| ask.shadow || admits(&leases[i], ask.cost));
+        let mut decisions = Vec::with_capacity(asks.len());
+        for (ask, &i) in asks.iter().zip(&found) {
+            let l = &mut leases[i];
+            let own = admits(l, ask.cost);
+            if admitted && own {
+                l.spent += ask.cost;
+            }
+            let reset_after = Duration::from_micros(l.reset_at - now);
+            decisions.push(Decision {
+                allowed: own,
+                limit: ask.quota.limit(),
+                remaining: l.share - l.spent.min(l.share),
+                reset_after,
+                retry_after: (!own).then_some(reset_after),
+                source: Source::Lease,
+            });
+        }
+        Some(decisions)
+    }
+
+    /// How many callers hold a lease (live or not yet dropped).
+    #[cfg(test)]
+    fn callers(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).map.len())
+            .sum()
+    }
+}
+
+impl Shard {
+    /// Drops the leases whose reset has passed at `now`, if any can have;
+    /// whether there is room now.
+    fn make_room(&mut self, now: Micros, per_shard: usize) -> bool {
+        if self.earliest != 0 && self.earliest <= now {
+            self.map.retain(|_, leases| {
+                leases.retain(|l| l.reset_at > now);
+                !leases.is_empty()
+            });
+            self.earliest = self
+                .map
+                .values()
+                .flat_map(|ls| ls.iter().map(|l| l.reset_at))
+                .min()
+                .unwrap_or(0);
+        }
+        self.map.len() < per_shard
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quota::Rate;
+
+    fn quota() -> Quota {
+        Quota::fixed_window(Rate::per_minute(20)).unwrap()
+    }
+
+    fn store_decision(allowed: bool, remaining: u64, reset_s: u64) -> Decision {
+        Decision {
+            allowed,
+            limit: 20,
+            remaining,
+            reset_after: Duration::from_secs(reset_s),
+            retry_after: (!allowed).then(|| Duration::from_secs(reset_s)),
+            source: Source::Store,
+        }
+    }
+
+    fn ask(q: &Quota, cost: u64) -> Ask<'_> {
+        Ask {
+            fingerprint: 7,
+            quota: q,
+            cost,
+            shadow: false,
+        }
+    }
+
+    #[test]
+    fn a_caller_with_k_left_is_admitted_at_most_k_times_then_denied_until_its_reset() {
+        let (q, leases) = (quota(), Leases::new(100, 1));
+        leases.record(b"a", 7, &store_decision(true, 3, 30), 1_000_000);
+        for left in (0..3).rev() {
+            let d = leases.decide(b"a", ask(&q, 1), 2_000_000).unwrap();
+            assert!(d.allowed);
+            assert_eq!((d.remaining, d.source), (left, Source::Lease));
+        }
+        let d = leases.decide(b"a", ask(&q, 1), 2_000_000).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Duration::from_secs(29)));
+        assert_eq!(d.reset_after, Duration::from_secs(29));
+        // Past the reset, no lease: the caller is unknown again.
+        assert!(leases.decide(b"a", ask(&q, 1), 31_000_000).is_none());
+    }
+
+    #[test]
+    fn an_exhausted_caller_stays_denied_and_the_share_is_divided_among_instances() {
+        let (q, leases) = (quota(), Leases::new(100, 2));
+        leases.record(b"d", 7, &store_decision(false, 0, 10), 0);
+        assert!(!leases.decide(b"d", ask(&q, 1), 9_999_999).unwrap().allowed);
+        // 5 left, two instances: this one may admit 2.
+        leases.record(b"h", 7, &store_decision(true, 5, 10), 0);
+        assert!(leases.decide(b"h", ask(&q, 1), 1).unwrap().allowed);
+        assert!(leases.decide(b"h", ask(&q, 1), 1).unwrap().allowed);
+        assert!(!leases.decide(b"h", ask(&q, 1), 1).unwrap().allowed);
+        // A cost larger than the share is denied without spending it.
+        leases.record(b"h", 7, &store_decision(true, 6, 10), 2);
+        assert!(!leases.decide(b"h", ask(&q, 4), 3).unwrap().allowed);
+        assert!(leases.decide(b"h", ask(&q, 3), 3).unwrap().allowed);
+    }
+
+    #[test]
+    fn a_new_store_answer_replaces_the_lease() {
+        let (q, leases) = (quota(), Leases::new(100, 1));
+        leases.record(b"a", 7, &store_decision(true, 1, 30), 0);
+        assert!(leases.decide(b"a", ask(&q, 1), 1).unwrap().allowed);
+        assert!(!leases.decide(b"a", ask(&q, 1), 1).unwrap().allowed);
+        leases.record(b"a", 7, &store_decision(true, 2, 30), 2);
+        assert!(leases.decide(b"a", ask(&q, 1), 3).unwrap().allowed);
+        // Another quota of the same caller has no lease.
+        let other = Ask {
+            fingerprint: 8,
+            ..ask(&q, 1)
+        };
+        assert!(leases.decide(b"a", other, 3).is_none());
+    }
+
+    #[test]
+    fn several_quotas_are_all_or_nothing() {
+        let (q, leases) = (quota(), Leases::new(100, 1));
+        leases.record(b"a", 1, &store_decision(true, 5, 30), 0);
+        leases.record(b"a", 2, &store_decision(true, 0, 30), 0);
+        let asks = [
+            Ask {
+                fingerprint: 1,
+                ..ask(&q, 1)
+            },
+            Ask {
+                fingerprint: 2,
+                ..ask(&q, 1)
+            },
+        ];
+        let ds = leases.decide_all(b"a", &asks, 1).unwrap();
+        assert!(ds[0].allowed && !ds[1].allowed);
+        // Denied as a whole: the first quota's lease was not spent.
+        assert_eq!(ds[0].remaining, 5);
+        // With the second in shadow, the call is admitted and spends the first.
+        let shadowed = [
+            asks[0],
+            Ask {
+                shadow: true,
+                ..asks[1]
+            },
+        ];
+        let ds = leases.decide_all(b"a", &shadowed, 1).unwrap();
+        assert_eq!(ds[0].remaining, 4);
+        // Without a lease for every quota, there is no answer.
+        let missing = [
+            asks[0],
+            Ask {
+                fingerprint: 3,
+                ..asks[1]
+            },
+        ];
+        assert!(leases.decide_all(b"a", &missing, 1).is_none());
+    }
+
+    #[test]
+    fn a_full_table_drops_expired_leases_and_else_keeps_what_it_has() {
+        let leases = Leases::new(SHARDS, 1);
+        // One caller per shard at most: fill some shards with leases that
+        // reset at 10 s.
+        for i in 0..1_000u32 {
+            leases.record(&i.to_be_bytes(), 7, &store_decision(true, 1, 10), 0);
+        }
+        let full = leases.callers();
+        assert!(full <= SHARDS);
+        // Before the reset a new caller finds no room; after it, it does.
+        for i in 1_000..2_000u32 {
+            leases.record(&i.to_be_bytes(), 7, &store_decision(true, 1, 10), 1);
+        }
+        assert_eq!(leases.callers(), full);
+        for i in 2_000..3_000u32 {
+            leases.record(
+                &i.to_be_bytes(),
+                7,
+                &store_decision(true, 1, 10),
+                10_000_001,
+            );
+        }
+        assert!(leases.callers() <= SHARDS);
+        let q = quota();
+        assert!(
+            leases
+                .decide(&0u32.to_be_bytes(), ask(&q, 1), 10_000_002)
+                .is_none()
+        );
+    }
+}
