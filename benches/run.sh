@@ -41,7 +41,8 @@ for i in $(seq 1 "$RUNS"); do
     cargo bench -p ratelimit-benches --bench local -- model_step --save-baseline "run$i"
     baselines+=("run$i")
 done
-cargo run -q --release -p ratelimit-benches --bin bench_report -- "${baselines[@]}" | tee "$OUT/local.md"
+cargo run -q --release -p ratelimit-benches --bin bench_report -- \
+    --dir "${CARGO_TARGET_DIR:-target}/criterion" "${baselines[@]}" | tee "$OUT/local.md"
 cargo bench -p ratelimit-benches --bench local_memory | tee "$OUT/local_memory.md"
 # Several quotas per call on the local store (1, 2, 3 quotas).
 cargo bench -p ratelimit-benches --bench multi_quota | tee "$OUT/multi_quota.txt"
