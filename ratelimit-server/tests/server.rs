@@ -24,6 +24,17 @@ fn rt() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// `limitRemaining` of a descriptor status in the JSON mapping, which leaves
+/// a value of 0 out.
+fn remaining(status: &serde_json::Value) -> u64 {
+    match status.get("limitRemaining") {
+        None => 0,
+        Some(v) => v
+            .as_u64()
+            .unwrap_or_else(|| panic!("limitRemaining is not a count: {status}")),
+    }
+}
+
 #[test]
 fn grpc_should_rate_limit_decides_all_descriptors_of_envoyproxys_example() {
     let server = Server::start(&[
@@ -123,10 +134,20 @@ fn the_json_endpoint_answers_200_or_429_with_headers() {
         a.header("ratelimit-policy"),
         Some("\"edge.remote_address\";q=2;w=3600")
     );
-    let _ = http(server.http, "POST", "/json", body);
+    // The second call spends the last unit: admitted, nothing left (the
+    // JSON mapping leaves a remaining of 0 out).
+    let b = http(server.http, "POST", "/json", body);
+    assert_eq!(b.status, 200, "{b:?}");
+    let j = b.json();
+    assert_eq!(j["overallCode"], "OK", "{b:?}");
+    assert_eq!(j["statuses"][0]["code"], "OK", "{b:?}");
+    assert_eq!(remaining(&j["statuses"][0]), 0, "{b:?}");
+    assert_eq!(j["statuses"][0]["currentLimit"]["requestsPerUnit"], 2);
     let c = http(server.http, "POST", "/json", body);
     assert_eq!(c.status, 429, "{c:?}");
-    assert_eq!(c.json()["overallCode"], "OVER_LIMIT");
+    let j = c.json();
+    assert_eq!(j["overallCode"], "OVER_LIMIT", "{c:?}");
+    assert_eq!(j["statuses"][0]["code"], "OVER_LIMIT", "{c:?}");
     let retry: u64 = c
         .header("retry-after")
         .expect("Retry-After")
