@@ -104,6 +104,10 @@ pub enum Flaw {
     /// Carries out a request whose deadline has passed, counts it, then
     /// answers `StoreError::Expired`, as if it had counted nothing.
     CountsThenExpires,
+    /// Counts nothing for a request whose deadline has passed, but answers
+    /// `StoreError::Timeout` (the request may have run) instead of
+    /// `StoreError::Expired` (it did not).
+    TimeoutPastDeadline,
     /// Reports that it answers in process, then answers through a future.
     PendingDespiteInProcess,
     /// Reports that it bounds its calls by the request's deadline
@@ -392,6 +396,7 @@ impl WrongStore {
                     self.carry_out(&request)?;
                     return Err(StoreError::Expired);
                 }
+                Flaw::TimeoutPastDeadline => return Err(StoreError::Timeout(Duration::ZERO)),
                 _ => return Err(StoreError::Expired),
             }
         }
