@@ -8,6 +8,11 @@
 //! `OVER_LIMIT` when the counter after the increment exceeds the limit.
 //! The same traffic goes through the service (in process, on a manual
 //! clock) and through the model, and every answer is compared.
+//!
+//! The model reads the configuration and matches descriptors itself, from
+//! the rules envoyproxy/ratelimit's README documents, sharing no code with
+//! the service's configuration: a matching mistake of the service is not
+//! made again by the model.
 
 mod common;
 
@@ -17,6 +22,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as PbRateLimit,
 };
@@ -25,58 +31,226 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use ratelimit_core::{Clock, ManualClock};
 use ratelimit_local::LocalStore;
-use ratelimit_server::config::{Config, Unit};
+use ratelimit_server::config::Config;
 use ratelimit_server::{RateLimitService, Settings};
+use serde::Deserialize;
 
 use common::{descriptor, request};
 
+/// A configuration file as the model reads it: only what it models (an
+/// unknown key is an error, so nothing is silently left out).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelFile {
+    domain: String,
+    #[serde(default)]
+    descriptors: Vec<Rule>,
+}
+
+/// One descriptor of the configuration: a key, perhaps a value (exact, or
+/// with `*` wildcards), perhaps a rate limit, perhaps nested descriptors.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rule {
+    key: String,
+    value: Option<String>,
+    rate_limit: Option<RuleLimit>,
+    #[serde(default)]
+    shadow_mode: bool,
+    #[serde(default)]
+    share_threshold: bool,
+    #[serde(default)]
+    descriptors: Vec<Rule>,
+}
+
+/// A `rate_limit` block.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleLimit {
+    unit: Option<String>,
+    #[serde(default)]
+    requests_per_unit: u32,
+    #[serde(default)]
+    unlimited: bool,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    replaces: Vec<Replaced>,
+}
+
+/// One entry of `replaces`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Replaced {
+    name: String,
+}
+
+/// The units the README documents: the unit's length in seconds and its
+/// value in the response.
+fn unit_of(name: &str) -> (u64, PbUnit) {
+    match name.to_ascii_lowercase().as_str() {
+        "second" => (1, PbUnit::Second),
+        "minute" => (60, PbUnit::Minute),
+        "hour" => (3_600, PbUnit::Hour),
+        "day" => (86_400, PbUnit::Day),
+        other => panic!("the model knows no unit {other:?}"),
+    }
+}
+
+/// `*` in `pattern` matches any run of characters (none included); every
+/// other character matches itself. Walks both strings once, returning to
+/// the last `*` when a literal stops matching.
+fn glob(pattern: &str, value: &str) -> bool {
+    let (p, v): (Vec<char>, Vec<char>) = (pattern.chars().collect(), value.chars().collect());
+    let (mut pi, mut vi) = (0, 0);
+    // The last `*` seen and where in `value` its run ends for now.
+    let mut star: Option<(usize, usize)> = None;
+    while vi < v.len() {
+        if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, vi));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == v[vi] {
+            pi += 1;
+            vi += 1;
+        } else if let Some((sp, sv)) = star {
+            // Let the `*` take one more character and try again after it.
+            star = Some((sp, sv + 1));
+            pi = sp + 1;
+            vi = sv + 1;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// How a rule matched one entry of a descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum How {
+    /// `value` equal to the entry's value.
+    Exact,
+    /// A `value` with `*` matching the entry's value.
+    Wildcard,
+    /// No `value`: any value of the key.
+    AnyValue,
+}
+
+/// The rule of `rules` for the entry `(key, value)`, the most specific
+/// first (README, "Example 3": key and value before key alone), a wildcard
+/// value in between (the first in the file's order; this configuration's
+/// wildcards never overlap).
+fn choose<'r>(rules: &'r [Rule], key: &str, value: &str) -> Option<(&'r Rule, How)> {
+    let of_key = || rules.iter().filter(move |r| r.key == key);
+    if let Some(r) = of_key().find(|r| r.value.as_deref() == Some(value)) {
+        return Some((r, How::Exact));
+    }
+    if let Some(r) = of_key().find(|r| {
+        r.value
+            .as_deref()
+            .is_some_and(|p| p.contains('*') && glob(p, value))
+    }) {
+        return Some((r, How::Wildcard));
+    }
+    of_key()
+        .find(|r| r.value.is_none())
+        .map(|r| (r, How::AnyValue))
+}
+
+/// Per entry of a descriptor, what its counter is kept under: the key, and
+/// the entry's value or (`true`) the wildcard pattern with
+/// `share_threshold`, shared by every value it matches.
+type Identity = Vec<(String, String, bool)>;
+
+/// What one descriptor matched: its rule and its counter's identity.
+struct Matched<'r> {
+    rule: &'r Rule,
+    limit: &'r RuleLimit,
+    identity: Identity,
+}
+
+/// The rate limit of one descriptor, by the README's rules: one level of
+/// the configuration per entry ("Example 4": a limit applies only to a
+/// descriptor with as many entries as the configuration has levels down to
+/// it), the most specific rule at each level ("Example 3"), and a wildcard
+/// with `share_threshold` counting all its values as one ("Sharing
+/// thresholds for wildcard matches").
+fn find<'r>(file: &'r ModelFile, domain: &str, entries: &[(&str, &str)]) -> Option<Matched<'r>> {
+    if domain != file.domain || entries.is_empty() {
+        return None;
+    }
+    let mut rules = &file.descriptors[..];
+    let mut identity = Vec::with_capacity(entries.len());
+    let mut rule = None;
+    for &(key, value) in entries {
+        let (r, how) = choose(rules, key, value)?;
+        identity.push(match (how, &r.value) {
+            (How::Wildcard, Some(pattern)) if r.share_threshold => {
+                (key.to_owned(), pattern.clone(), true)
+            }
+            _ => (key.to_owned(), value.to_owned(), false),
+        });
+        rules = &r.descriptors;
+        rule = Some(r);
+    }
+    let rule = rule?;
+    Some(Matched {
+        rule,
+        limit: rule.rate_limit.as_ref()?,
+        identity,
+    })
+}
+
 /// envoyproxy/ratelimit's fixed window, as a model.
 struct EnvoyModel {
-    config: Config,
-    counters: HashMap<String, u64>,
+    file: ModelFile,
+    /// Per counter (the domain, each entry's identity, the window's start in
+    /// Unix seconds), the hits counted.
+    counters: HashMap<(String, Identity, u64), u64>,
 }
 
 impl EnvoyModel {
-    fn new(config: Config) -> Self {
+    /// The model over a configuration file's text.
+    fn from_yaml(text: &str) -> Self {
+        let file: ModelFile = serde_norway::from_str(text).expect("the model reads the file");
         Self {
-            config,
+            file,
             counters: HashMap::new(),
         }
     }
 
     /// `ShouldRateLimit` at `now_s` (Unix seconds).
     fn should_rate_limit(&mut self, req: &RateLimitRequest, now_s: u64) -> RateLimitResponse {
-        let n = req.descriptors.len();
-        let mut limits = Vec::with_capacity(n);
-        let mut unlimited = vec![false; n];
-        let mut replacing = Vec::new();
-        for (i, d) in req.descriptors.iter().enumerate() {
-            let entries: Vec<(&str, &str)> = d
-                .entries
-                .iter()
-                .map(|e| (e.key.as_str(), e.value.as_str()))
-                .collect();
-            let found = self.config.lookup(&req.domain, &entries, None);
-            if let Some(f) = &found {
-                replacing.extend(f.limit.replaces.clone());
-                if f.limit.unlimited {
-                    unlimited[i] = true;
-                }
-            }
-            limits.push(found.filter(|f| !f.limit.unlimited));
-        }
-        for l in limits.iter_mut() {
-            if l.as_ref()
-                .is_some_and(|f| !f.limit.name.is_empty() && replacing.contains(&f.limit.name))
-            {
-                *l = None;
-            }
-        }
-        let mut statuses = Vec::with_capacity(n);
+        let found: Vec<Option<Matched<'_>>> = req
+            .descriptors
+            .iter()
+            .map(|d| {
+                let entries: Vec<(&str, &str)> = d
+                    .entries
+                    .iter()
+                    .map(|e| (e.key.as_str(), e.value.as_str()))
+                    .collect();
+                find(&self.file, &req.domain, &entries)
+            })
+            .collect();
+        // A limit named by a `replaces` of any matched limit of the request
+        // is dropped (README, "Replaces").
+        let replaced: Vec<&str> = found
+            .iter()
+            .flatten()
+            .flat_map(|m| m.limit.replaces.iter().map(|r| r.name.as_str()))
+            .collect();
+        let mut statuses = Vec::with_capacity(found.len());
         let mut failed = 0;
-        let (mut quota_total, mut quota_failed) = (0, 0);
-        for (i, d) in req.descriptors.iter().enumerate() {
-            if unlimited[i] {
+        for (d, m) in req.descriptors.iter().zip(&found) {
+            let Some(m) = m else {
+                statuses.push(DescriptorStatus {
+                    code: Code::Ok as i32,
+                    ..Default::default()
+                });
+                continue;
+            };
+            // README, "Example 5": OK, with the most a u32 holds left.
+            if m.limit.unlimited {
                 statuses.push(DescriptorStatus {
                     code: Code::Ok as i32,
                     limit_remaining: u32::MAX,
@@ -84,60 +258,55 @@ impl EnvoyModel {
                 });
                 continue;
             }
-            let Some(f) = &limits[i] else {
+            if !m.limit.name.is_empty() && replaced.contains(&m.limit.name.as_str()) {
                 statuses.push(DescriptorStatus {
                     code: Code::Ok as i32,
                     ..Default::default()
                 });
                 continue;
-            };
+            }
             let hits = match &d.hits_addend {
                 Some(h) => h.value,
                 None => u64::from(req.hits_addend.max(1)),
             };
-            let unit = f.limit.unit.expect("a limited descriptor has a unit");
-            let divider = unit.seconds();
-            let mut key = format!("{}_", req.domain);
-            for (j, e) in d.entries.iter().enumerate() {
-                let v = f.shared[j].as_deref().unwrap_or(&e.value);
-                key.push_str(&format!("{}_{}_", e.key, v));
-            }
-            key.push_str(&(now_s / divider * divider).to_string());
-            let counter = self.counters.entry(key).or_insert(0);
+            let (divider, unit) = unit_of(m.limit.unit.as_deref().expect("a limit has a unit"));
+            let window = now_s / divider * divider;
+            let counter = self
+                .counters
+                .entry((req.domain.clone(), m.identity.clone(), window))
+                .or_insert(0);
             *counter += hits;
             let after = *counter;
-            let rpu = u64::from(f.limit.requests_per_unit);
+            let rpu = u64::from(m.limit.requests_per_unit);
             let over = after > rpu;
-            let mut status = DescriptorStatus {
-                code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            // README, "ShadowMode": whatever the outcome, OK.
+            let code = if over && !m.rule.shadow_mode {
+                failed += 1;
+                Code::OverLimit
+            } else {
+                Code::Ok
+            };
+            statuses.push(DescriptorStatus {
+                code: code as i32,
                 current_limit: Some(PbRateLimit {
-                    name: f.limit.name.clone(),
-                    requests_per_unit: f.limit.requests_per_unit,
-                    unit: unit.proto(),
+                    name: m.limit.name.clone(),
+                    requests_per_unit: m.limit.requests_per_unit,
+                    unit: unit as i32,
                 }),
                 limit_remaining: if over { 0 } else { (rpu - after) as u32 },
                 duration_until_reset: Some(PbDuration {
-                    seconds: (divider - now_s % divider) as i64,
+                    seconds: (window + divider - now_s) as i64,
                     nanos: 0,
                 }),
                 quota: None,
-            };
-            if over && f.limit.shadow_mode {
-                status.code = Code::Ok as i32;
-            }
-            if f.limit.quota_mode {
-                quota_total += 1;
-                if over {
-                    quota_failed += 1;
-                }
-            } else if status.code == Code::OverLimit as i32 {
-                failed += 1;
-            }
-            statuses.push(status);
+            });
         }
-        let over = failed > 0 || (quota_total > 0 && quota_total == quota_failed);
         RateLimitResponse {
-            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            overall_code: if failed > 0 {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            } as i32,
             statuses,
             ..Default::default()
         }
@@ -211,7 +380,8 @@ fn service(clock: &ManualClock) -> RateLimitService {
 fn one_limited(rng: &mut StdRng) -> RateLimitRequest {
     let ip = ["10.0.0.1", "10.0.0.2", "10.0.0.9"][rng.random_range(0..3)];
     let user = ["alice", "bob"][rng.random_range(0..2)];
-    let api = ["/api/a", "/api/b"][rng.random_range(0..2)];
+    // "/api/": the wildcard's `*` matching no character.
+    let api = ["/api/a", "/api/b", "/api/"][rng.random_range(0..3)];
     let file = ["/files/x.pdf", "/files/y.csv", "/files/z"][rng.random_range(0..3)];
     let mut ds = match rng.random_range(0..7) {
         0 => vec![descriptor(&[("remote_address", ip)])],
@@ -237,6 +407,17 @@ fn one_limited(rng: &mut StdRng) -> RateLimitRequest {
         // Deeper than any configuration: matches nothing.
         ds.push(descriptor(&[("remote_address", ip), ("extra", "1")]));
     }
+    if rng.random_bool(0.2) {
+        // Near misses, matching nothing: a value no rule names (and no rule
+        // of the key alone), a value a wildcard's prefix nearly matches, a
+        // nested key at the top level, a level below a limit.
+        ds.push(match rng.random_range(0..4) {
+            0 => descriptor(&[("plan", "silver")]),
+            1 => descriptor(&[("user", user), ("path", "/apiary")]),
+            2 => descriptor(&[("path", api)]),
+            _ => descriptor(&[("user", user), ("path", file), ("more", "1")]),
+        });
+    }
     request("compat", ds)
 }
 
@@ -250,13 +431,46 @@ fn run(clock: &ManualClock, svc: &RateLimitService, req: &RateLimitRequest) -> R
 }
 
 #[test]
+fn the_models_wildcards_match_as_the_readme_says() {
+    // README, "Example 9": trailing, middle and multiple wildcards.
+    assert!(glob("value*", "value1") && glob("value*", "valueXYZ"));
+    assert!(glob("value*", "value"));
+    assert!(!glob("value*", "valu"));
+    assert!(glob("/api/*/action", "/api/123/action"));
+    assert!(glob("/api/*/action", "/api/user-id/action"));
+    assert!(!glob("/api/*/action", "/api/123/other"));
+    assert!(glob(
+        "/api/*/resource/*/action",
+        "/api/v2/resource/456/action"
+    ));
+    assert!(!glob("/api/*/resource/*/action", "/api/v2/resource/456"));
+    // A literal after a `*` that first matches too early.
+    assert!(glob("*ab", "aab") && glob("a*b*c", "abbbc") && !glob("a*b", "ba"));
+    // Exact before wildcard before the key alone ("Example 3").
+    let file = EnvoyModel::from_yaml(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: k\n    value: a*\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: k\n    value: ab\n    rate_limit: {unit: second, requests_per_unit: 3}\n",
+    )
+    .file;
+    let rpu = |v: &str| find(&file, "d", &[("k", v)]).map(|m| m.limit.requests_per_unit);
+    assert_eq!(
+        (rpu("ab"), rpu("abc"), rpu("b")),
+        (Some(3), Some(2), Some(1))
+    );
+    assert_eq!(
+        find(&file, "d", &[("k", "ab"), ("x", "y")]).map(|_| ()),
+        None
+    );
+    assert_eq!(find(&file, "other", &[("k", "ab")]).map(|_| ()), None);
+}
+
+#[test]
 fn the_default_fixed_window_answers_as_envoyproxy_ratelimit_call_for_call() {
     // 2026-12-01T10:59:58.5Z: the traffic crosses second, minute and hour
     // boundaries.
     let start = 1_796_122_798_500_000;
     let clock = ManualClock::new(start);
     let svc = service(&clock);
-    let mut model = EnvoyModel::new(Config::from_yaml_str("compat.yaml", CONFIG).expect("config"));
+    let mut model = EnvoyModel::from_yaml(CONFIG);
     let mut rng = StdRng::seed_from_u64(22);
     let (mut ok, mut over) = (0, 0);
     for call in 0..6_000 {
@@ -290,7 +504,7 @@ fn the_default_fixed_window_answers_as_envoyproxy_ratelimit_call_for_call() {
 fn the_documented_differences_show_where_they_should() {
     let clock = ManualClock::new(1_796_122_800_000_000);
     let svc = service(&clock);
-    let mut model = EnvoyModel::new(Config::from_yaml_str("compat.yaml", CONFIG).expect("config"));
+    let mut model = EnvoyModel::from_yaml(CONFIG);
     let now_s = || clock.now() / 1_000_000;
     let with_hits = |hits: u64| {
         let mut d = descriptor(&[("user", "carol")]);
@@ -368,5 +582,4 @@ fn the_documented_differences_show_where_they_should() {
     let ours = run(&clock, &svc, &req);
     let theirs = model.should_rate_limit(&req, now_s());
     assert_eq!(ours, theirs);
-    let _ = Unit::Minute;
 }

@@ -24,6 +24,17 @@ fn rt() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// `limitRemaining` of a descriptor status in the JSON mapping, which leaves
+/// a value of 0 out.
+fn remaining(status: &serde_json::Value) -> u64 {
+    match status.get("limitRemaining") {
+        None => 0,
+        Some(v) => v
+            .as_u64()
+            .unwrap_or_else(|| panic!("limitRemaining is not a count: {status}")),
+    }
+}
+
 #[test]
 fn grpc_should_rate_limit_decides_all_descriptors_of_envoyproxys_example() {
     let server = Server::start(&[
@@ -123,10 +134,20 @@ fn the_json_endpoint_answers_200_or_429_with_headers() {
         a.header("ratelimit-policy"),
         Some("\"edge.remote_address\";q=2;w=3600")
     );
-    let _ = http(server.http, "POST", "/json", body);
+    // The second call spends the last unit: admitted, nothing left (the
+    // JSON mapping leaves a remaining of 0 out).
+    let b = http(server.http, "POST", "/json", body);
+    assert_eq!(b.status, 200, "{b:?}");
+    let j = b.json();
+    assert_eq!(j["overallCode"], "OK", "{b:?}");
+    assert_eq!(j["statuses"][0]["code"], "OK", "{b:?}");
+    assert_eq!(remaining(&j["statuses"][0]), 0, "{b:?}");
+    assert_eq!(j["statuses"][0]["currentLimit"]["requestsPerUnit"], 2);
     let c = http(server.http, "POST", "/json", body);
     assert_eq!(c.status, 429, "{c:?}");
-    assert_eq!(c.json()["overallCode"], "OVER_LIMIT");
+    let j = c.json();
+    assert_eq!(j["overallCode"], "OVER_LIMIT", "{c:?}");
+    assert_eq!(j["statuses"][0]["code"], "OVER_LIMIT", "{c:?}");
     let retry: u64 = c
         .header("retry-after")
         .expect("Retry-After")
@@ -169,27 +190,67 @@ fn the_json_endpoint_answers_200_or_429_with_headers() {
 #[test]
 fn a_changed_file_is_reloaded_and_a_bad_one_is_kept_out() {
     let dir = temp_dir("reload");
-    let path = config_file(&dir, 2);
+    // A limit per year: the fixed window's count is carried over below,
+    // and a year (365 days from the Unix epoch) does not turn during the
+    // test (an hour could).
+    let yearly = |rpu: u32| {
+        write_whole(
+            &dir,
+            &format!(
+                "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: year\n      requests_per_unit: {rpu}\n"
+            ),
+        )
+    };
+    let path = yearly(2);
     let server = Server::start(&["--config", path.to_str().expect("path")]);
     let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.2.2.2"}]}]}"#;
     let limit = || -> Option<u64> {
         let r = http(server.http, "POST", "/json", body);
         r.json()["statuses"][0]["currentLimit"]["requestsPerUnit"].as_u64()
     };
-    assert_eq!(limit(), Some(2));
-    // Raise the limit: the counts carry over (2 spent of 50).
-    config_file(&dir, 50);
-    let reloaded = eventually(Duration::from_secs(20), || {
-        (limit() == Some(50)).then_some(())
-    });
+    // Which limit is in force, read from /rlconfig: it spends nothing.
+    let in_force = |rpu: u32| {
+        http(server.http, "GET", "/rlconfig", "")
+            .body
+            .contains(&format!(
+                "edge.remote_address: unit=YEAR requests_per_unit={rpu},"
+            ))
+    };
+    assert!(in_force(2), "{}", server.log());
+
+    // Spend the limit of 2: admitted with 1 left, admitted with 0 left,
+    // then denied (a denied call counts nothing).
+    for (call, (status, code, left)) in [(200, "OK", 1), (200, "OK", 0), (429, "OVER_LIMIT", 0)]
+        .into_iter()
+        .enumerate()
+    {
+        let r = http(server.http, "POST", "/json", body);
+        assert_eq!(r.status, status, "call {call}: {r:?}");
+        let j = r.json();
+        assert_eq!(j["statuses"][0]["code"], code, "call {call}: {r:?}");
+        assert_eq!(remaining(&j["statuses"][0]), left, "call {call}: {r:?}");
+        assert_eq!(j["statuses"][0]["currentLimit"]["requestsPerUnit"], 2);
+    }
+
+    // Raise the limit to 50: the 2 calls counted under the old limit carry
+    // over (service.rs: stored state is kept per descriptor, not per
+    // limit). The reload is awaited on /rlconfig, so no call but the next
+    // one is counted under the new limit: it leaves 50 - 2 - 1 = 47. A
+    // reload that reset the counts would leave 49.
+    yearly(50);
+    let reloaded = eventually(Duration::from_secs(20), || in_force(50).then_some(()));
     assert!(reloaded.is_some(), "not reloaded: {}", server.log());
-    let r = http(server.http, "POST", "/json", body).json();
-    assert!(
-        r["statuses"][0]["limitRemaining"]
-            .as_u64()
-            .expect("remaining")
-            < 50
+    let r = http(server.http, "POST", "/json", body);
+    assert_eq!(r.status, 200, "{r:?}");
+    let j = r.json();
+    assert_eq!(j["statuses"][0]["code"], "OK", "{r:?}");
+    assert_eq!(j["statuses"][0]["currentLimit"]["requestsPerUnit"], 50);
+    assert_eq!(
+        remaining(&j["statuses"][0]),
+        47,
+        "the 2 calls counted before the reload did not carry over: {r:?}"
     );
+    assert_eq!(limit(), Some(50));
 
     // A file with a mistake: the service keeps the previous configuration
     // and says why.

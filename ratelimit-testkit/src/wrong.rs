@@ -101,6 +101,13 @@ pub enum Flaw {
     RacySets,
     /// Carries out a request whose deadline has passed, and counts it.
     IgnoresDeadline,
+    /// Carries out a request whose deadline has passed, counts it, then
+    /// answers `StoreError::Expired`, as if it had counted nothing.
+    CountsThenExpires,
+    /// Counts nothing for a request whose deadline has passed, but answers
+    /// `StoreError::Timeout` (the request may have run) instead of
+    /// `StoreError::Expired` (it did not).
+    TimeoutPastDeadline,
     /// Reports that it answers in process, then answers through a future.
     PendingDespiteInProcess,
     /// Reports that it bounds its calls by the request's deadline
@@ -382,9 +389,22 @@ impl WrongStore {
 
     fn answer(&self, request: Request<'_>) -> Result<Decisions> {
         request.check()?;
-        if request.deadline.has_passed() && self.flaw != Flaw::IgnoresDeadline {
-            return Err(StoreError::Expired);
+        if request.deadline.has_passed() {
+            match self.flaw {
+                Flaw::IgnoresDeadline => {}
+                Flaw::CountsThenExpires => {
+                    self.carry_out(&request)?;
+                    return Err(StoreError::Expired);
+                }
+                Flaw::TimeoutPastDeadline => return Err(StoreError::Timeout(Duration::ZERO)),
+                _ => return Err(StoreError::Expired),
+            }
         }
+        self.carry_out(&request)
+    }
+
+    /// The request's decisions, counted.
+    fn carry_out(&self, request: &Request<'_>) -> Result<Decisions> {
         let deadline = !request.deadline.is_none();
         match request.charges {
             [c] => self

@@ -367,13 +367,21 @@ async fn racy_sets_are_rejected() {
 }
 
 /// Right in time, wrong past the deadline: a store that counts a request
-/// whose deadline had passed, and one that reports it bounds its calls by
-/// the deadline (the limiter then arms no timer) yet never answers such a
-/// request (found after the 5 s grace).
+/// whose deadline had passed and decides it; one that counts it and then
+/// answers `Expired` anyway (found by the later decisions, which the model
+/// makes counting none of the expired requests); one that counts nothing
+/// but answers another error than `Expired`; and one that reports it bounds
+/// its calls by the deadline (the limiter then arms no timer) yet never
+/// answers such a request (found after the 5 s grace).
 #[tokio::test(flavor = "multi_thread")]
 async fn stores_wrong_past_the_deadline_are_rejected() {
     for (flaw, says) in [
-        (Flaw::IgnoresDeadline, "deadline had passed"),
+        (Flaw::IgnoresDeadline, "had passed was decided"),
+        (
+            Flaw::CountsThenExpires,
+            "counting none of the expired requests",
+        ),
+        (Flaw::TimeoutPastDeadline, "instead of StoreError::Expired"),
         (Flaw::HangsDespiteBounded, "Capabilities::bounded"),
     ] {
         let f = Factory(flaw);

@@ -1,12 +1,13 @@
 //! Contract 10: a request carried out after its deadline counts nothing.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use proptest::prelude::*;
 use ratelimit_core::model::{self, Charge, State};
-use ratelimit_core::store::Deadline;
-use ratelimit_core::{AlgorithmKind, ManualClock, Micros};
+use ratelimit_core::store::{Answer, Capabilities, Deadline, Decisions, Request};
+use ratelimit_core::{AlgorithmKind, ManualClock, Micros, Store, StoreError};
 use tokio::runtime::Handle;
 
 use super::door;
@@ -26,11 +27,95 @@ enum Send {
     PastSet,
 }
 
+/// What the store under test answered, as [`Witness`] saw it.
+#[derive(Debug)]
+enum Seen {
+    /// No answer yet.
+    Nothing,
+    /// Decisions.
+    Decided,
+    /// [`StoreError::Expired`].
+    Expired,
+    /// Another error (its `Debug`).
+    Other(String),
+}
+
+impl std::fmt::Display for Seen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Nothing => f.write_str("no answer"),
+            Self::Decided => f.write_str("decisions"),
+            Self::Expired => f.write_str("StoreError::Expired"),
+            Self::Other(e) => write!(f, "StoreError::{e}"),
+        }
+    }
+}
+
+/// The store under test, forwarding its one door and its capabilities (so
+/// that the door's rules apply to it unchanged) and keeping what it
+/// answered: the door reports a store's error as text, and contract 10
+/// needs to tell [`StoreError::Expired`] from every other error.
+#[derive(Debug)]
+struct Witness<'s> {
+    store: &'s dyn Store,
+    seen: Mutex<Seen>,
+}
+
+impl<'s> Witness<'s> {
+    fn new(store: &'s dyn Store) -> Self {
+        Self {
+            store,
+            seen: Mutex::new(Seen::Nothing),
+        }
+    }
+
+    fn note(&self, result: &ratelimit_core::Result<Decisions>) {
+        let seen = match result {
+            Ok(_) => Seen::Decided,
+            Err(StoreError::Expired) => Seen::Expired,
+            Err(e) => Seen::Other(format!("{e:?}")),
+        };
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = seen;
+    }
+
+    fn seen(&self) -> Seen {
+        std::mem::replace(
+            &mut *self.seen.lock().unwrap_or_else(|p| p.into_inner()),
+            Seen::Nothing,
+        )
+    }
+}
+
+impl Store for Witness<'_> {
+    fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
+        match self.store.decide(request).into_ready() {
+            Ok(result) => {
+                self.note(&result);
+                Answer::ready(result)
+            }
+            Err(pending) => Answer::pending(async move {
+                let result = pending.await;
+                self.note(&result);
+                result
+            }),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.store.capabilities()
+    }
+}
+
 /// Contract 10: a request whose deadline has passed when the store comes
 /// to carry it out (the limiter has answered it by its failure policy
-/// already) counts nothing: the store answers an error
-/// ([`ratelimit_core::StoreError::Expired`]) and every later decision is
-/// the model's over the other calls alone.
+/// already) counts nothing: the store answers
+/// [`StoreError::Expired`], and every later decision is the model's over
+/// the other calls alone.
+///
+/// No other error will do: `Expired` is the one that says the request
+/// counted nothing (a [`StoreError::Timeout`], say, says it may have run),
+/// and the one the limiter's circuit breaker does not hold against the
+/// store (a request that was late says nothing about the store's health).
 ///
 /// Scenarios as for contract 1 (all four algorithms, several keys and
 /// policies); about half of the calls are sent with a deadline already
@@ -91,7 +176,8 @@ async fn check(factory: &dyn StoreFactory, sc: &Scenario, sends: &[Send]) -> Res
                     }
                 }
             }
-            match door::ask_before(&*store, &key, &charges, deadline).await {
+            let witness = Witness::new(&*store);
+            match door::ask_before(&witness, &key, &charges, deadline).await {
                 Ok(ds) => {
                     return Err(format!(
                         "call #{i} ({send:?}, {} charges): a request whose deadline had passed \
@@ -105,7 +191,17 @@ async fn check(factory: &dyn StoreFactory, sc: &Scenario, sends: &[Send]) -> Res
                         charges.len()
                     ));
                 }
-                Err(_) => continue,
+                Err(e) => match witness.seen() {
+                    Seen::Expired => continue,
+                    seen => {
+                        return Err(format!(
+                            "call #{i} ({send:?}, {} charges): a request whose deadline had \
+                             passed was answered \"{e}\" ({seen}) instead of \
+                             StoreError::Expired, the one error that says it counted nothing",
+                            charges.len()
+                        ));
+                    }
+                },
             }
         }
         let got = door::ask_one(&*store, &key, quota, c.cost)
