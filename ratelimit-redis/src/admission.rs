@@ -73,8 +73,12 @@ pub struct Admission {
     capacity: AtomicU64,
     /// When it was last measured or probed (µs since `base`).
     measured_at: AtomicU64,
-    /// One call's time, from taking its requests to its reply (f64 µs
-    /// bits; 0: unknown).
+    /// One call's time, from taking its requests to its reply, as the
+    /// node gives it when this process reads its reply promptly: a running
+    /// minimum that falls at once and rises by 1/64 of the gap a call (f64
+    /// µs bits; 0: unknown). A mean would carry this process's own delays
+    /// in reading replies under load, and shed requests a call would still
+    /// have answered in time.
     call_us: AtomicU64,
     /// Whether the queue was empty after the node's latest take.
     idle_queue: std::sync::atomic::AtomicBool,
@@ -123,7 +127,8 @@ impl Admission {
         (c > 0.0 && Duration::from_micros(age) < FORGET_AFTER).then_some(c)
     }
 
-    /// One call's time as measured (zero before the first call).
+    /// One call's time as measured: what the node takes when this process
+    /// reads its reply promptly (zero before the first call).
     pub fn call_time(&self) -> Duration {
         Duration::from_secs_f64(load_f64(&self.call_us).max(0.0) / 1e6)
     }
@@ -204,10 +209,10 @@ impl Admission {
     pub(crate) fn call_took(&self, took: Duration) {
         let sample = took.as_secs_f64() * 1e6;
         let old = load_f64(&self.call_us);
-        let new = if old > 0.0 {
-            old + WEIGHT * (sample - old)
-        } else {
+        let new = if old <= 0.0 || sample < old {
             sample
+        } else {
+            old + (sample - old) / 64.0
         };
         store_f64(&self.call_us, new);
     }
@@ -308,5 +313,16 @@ mod tests {
         a.call_took(2 * MS);
         assert!(!a.can_make(now, now + MS));
         assert!(a.can_make(now, now + 3 * MS));
+    }
+
+    #[test]
+    fn a_calls_time_falls_at_once_and_rises_slowly() {
+        let a = Admission::default();
+        a.call_took(2 * MS);
+        a.call_took(MS);
+        assert_eq!(a.call_time(), MS);
+        // A call read 65 ms late moves it by a 64th of the gap.
+        a.call_took(65 * MS);
+        assert_eq!(a.call_time(), 2 * MS);
     }
 }

@@ -385,7 +385,7 @@ async fn open_loop(
                         next += Duration::from_secs_f64(-(1.0 - u).ln() / per);
                         n += 1;
                         let tally = Arc::clone(&tally);
-                        if n % 100 == 0 {
+                        if n.is_multiple_of(100) {
                             let who = (rng.next_u64() % tracked_callers as u64) as usize;
                             let limiter = tracked.clone();
                             tokio::spawn(async move {

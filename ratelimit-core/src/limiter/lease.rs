@@ -5,20 +5,23 @@
 //! # The rules
 //!
 //! Every decision the store makes for a caller under a quota (admitted or
-//! denied) replaces that caller's lease for the quota: the store's
+//! denied) renews that caller's lease for the quota: the store's
 //! `remaining` divided by the number of instances sharing the quota `N`
 //! ([`crate::LimiterBuilder::instances`]; 1 when not given), its **share**,
 //! and the instant the caller's state is fresh again, `reset_at = t_sent +
 //! reset_after` on the limiter's clock (`t_sent` read before the store was
-//! asked, so `reset_at` is never later than the store's own reset). While
-//! the store cannot answer, a call of cost `c` under a live lease
-//! (`now < reset_at`) is:
+//! asked, so `reset_at` is never later than the store's own reset). What
+//! the lease has admitted (the store never counted it) stays **spent**
+//! across renewals until the reset of the lease it was spent from: a
+//! store answer that comes between two failures does not hand the same
+//! budget out again. While the store cannot answer, a call of cost `c`
+//! under a live lease (`now < reset_at`) is:
 //!
-//! - **admitted** if the lease's admissions since the store's answer plus
-//!   `c` stay within the share (the share is spent);
+//! - **admitted** if what the lease has spent plus `c` stays within the
+//!   share (and it is spent);
 //! - **denied** otherwise, with `retry_after = reset_at - now`: an
-//!   exhausted caller stays denied until its reset, or until the store
-//!   answers again and replaces the lease.
+//!   exhausted caller stays denied until its reset, or until a store
+//!   answer renews the lease with more room.
 //!
 //! A caller whose lease has passed its reset, or whom the store never
 //! answered, has none: the limiter's fallback store decides it if the store
@@ -26,19 +29,25 @@
 //!
 //! # The bound
 //!
-//! For one caller and quota within one of the quota's windows, let `C(t)`
-//! be what the store had admitted by `t` and `t_1 .. t_N` the instants of
-//! the instances' leases (each instance's last store answer). Instance `i`
-//! admits at most `(L - C(t_i)) / N` from its lease, so all of them
-//! together at most `L - C(t_oldest)`, and the window's total is at most
-//! `L + (C(t_end) - C(t_oldest))`: **beyond the limit, leases admit at most
-//! what the store itself admitted after the oldest lease in use was
-//! granted**. An instance that is the only one deciding for a caller
-//! (`N = 1`, or sticky routing) holds a lease as current as the store's
-//! state and admits nothing beyond the limit. Leases never add budget the
-//! store did not state: a token bucket's refill and a sliding window's
-//! decay while degraded are not counted (a degraded instance may deny what
-//! the store would admit, never the reverse).
+//! For one caller and quota within one of the quota's windows (one
+//! lease's life, up to its reset), let `C(t)` be what the store had
+//! admitted by `t`, and `t_i` the instant of instance `i`'s first store
+//! answer in it. Every share instance `i` is given there is at most
+//! `(L - C(t_i)) / N`, and what it admits from leases stays spent, so it
+//! admits at most that much from leases in all; all `N` instances
+//! together at most `L - C(t_first)`, and the window's total is at most
+//! `L + (C(t_end) - C(t_first))`: **beyond the limit, leases admit at
+//! most what the store itself admitted after the first lease in use was
+//! granted**, and never more than `N × ⌊(L - 1) / N⌋` (a lease comes from
+//! an answer, and the first answer of a window admitted at least one
+//! call). An instance that is the only one deciding for a caller (`N =
+//! 1`, or sticky routing) admits nothing beyond the limit, and neither do
+//! instances whose store fails for all of them at once with fresh leases:
+//! what a burst can push past the limit comes from **skew**, one instance
+//! failing while another keeps spending through the store. Leases never
+//! add budget the store did not state: a token bucket's refill and a
+//! sliding window's decay while degraded are not counted (a degraded
+//! instance may deny what the store would admit, never the reverse).
 //!
 //! # Cost and memory
 //!
@@ -132,7 +141,7 @@ impl Leases {
     /// a request sent at `sent` (limiter clock): the caller's lease for the
     /// quota is replaced.
     pub(crate) fn record(&self, key: &[u8], fingerprint: u64, d: &Decision, sent: Micros) {
-        let lease = Lease {
+        let mut lease = Lease {
             quota: fingerprint,
             share: d.remaining / self.instances,
             spent: 0,
@@ -141,7 +150,17 @@ impl Leases {
         let mut shard = self.shard(key);
         if let Some(leases) = shard.map.get_mut(key) {
             match leases.iter_mut().find(|l| l.quota == fingerprint) {
-                Some(l) => *l = lease,
+                Some(l) => {
+                    // What the previous lease admitted, the store never
+                    // counted: it stays spent until that lease's reset,
+                    // so that answers coming between failures do not
+                    // hand the same budget out again.
+                    if sent < l.reset_at {
+                        lease.spent = l.spent;
+                        lease.reset_at = lease.reset_at.max(l.reset_at);
+                    }
+                    *l = lease;
+                }
                 None => leases.push(lease),
             }
         } else {
@@ -293,19 +312,36 @@ mod tests {
         assert!(leases.decide(b"h", ask(&q, 1), 1).unwrap().allowed);
         assert!(!leases.decide(b"h", ask(&q, 1), 1).unwrap().allowed);
         // A cost larger than the share is denied without spending it.
-        leases.record(b"h", 7, &store_decision(true, 6, 10), 2);
-        assert!(!leases.decide(b"h", ask(&q, 4), 3).unwrap().allowed);
-        assert!(leases.decide(b"h", ask(&q, 3), 3).unwrap().allowed);
+        leases.record(b"j", 7, &store_decision(true, 6, 10), 2);
+        assert!(!leases.decide(b"j", ask(&q, 4), 3).unwrap().allowed);
+        assert!(leases.decide(b"j", ask(&q, 3), 3).unwrap().allowed);
     }
 
     #[test]
-    fn a_new_store_answer_replaces_the_lease() {
+    fn a_new_store_answer_renews_the_lease_and_what_it_spent_stays_spent() {
         let (q, leases) = (quota(), Leases::new(100, 1));
         leases.record(b"a", 7, &store_decision(true, 1, 30), 0);
         assert!(leases.decide(b"a", ask(&q, 1), 1).unwrap().allowed);
         assert!(!leases.decide(b"a", ask(&q, 1), 1).unwrap().allowed);
+        // The store, which never counted that admission, says 2 left: one
+        // more, not two.
         leases.record(b"a", 7, &store_decision(true, 2, 30), 2);
         assert!(leases.decide(b"a", ask(&q, 1), 3).unwrap().allowed);
+        assert!(!leases.decide(b"a", ask(&q, 1), 3).unwrap().allowed);
+        // Answers between failures never hand out more than the largest
+        // share: 5 answers saying 3 left admit 3 in all.
+        let leases = Leases::new(100, 1);
+        let mut admitted = 0;
+        for t in 0..5 {
+            leases.record(b"b", 7, &store_decision(true, 3, 30), t * 10);
+            while leases.decide(b"b", ask(&q, 1), t * 10 + 1).unwrap().allowed {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 3);
+        // Once the lease's reset has passed, the next answer starts afresh.
+        leases.record(b"b", 7, &store_decision(true, 3, 30), 31_000_000);
+        assert!(leases.decide(b"b", ask(&q, 1), 31_000_001).unwrap().allowed);
         // Another quota of the same caller has no lease.
         let other = Ask {
             fingerprint: 8,
