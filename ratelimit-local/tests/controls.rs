@@ -50,3 +50,17 @@ async fn acquire_paces_shares_and_is_cancel_safe() {
         .await
         .unwrap_or_else(|v| panic!("{v}"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn leases_follow_their_rules_within_their_bound() {
+    let rejected = controls::lease_check_can_fail(&Local, &SuiteConfig::in_process())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    for (flaw, why) in rejected {
+        println!("leases that {flaw:?} rejected: {why}\n");
+    }
+    let report = controls::leases_follow_their_rules(&Local, &SuiteConfig::in_process())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    println!("local leases: {report:?}");
+}

@@ -72,6 +72,32 @@ async fn shadow_and_acquire(lib: Lib) {
     println!("{lib:?}: shadow quotas and acquire, {:?}", t.elapsed());
 }
 
+/// While the store cannot answer, leases decide by their rules, within
+/// their bound (the lease check's own self-test first).
+async fn leases(lib: Lib) {
+    let factory = Factory::new(lib);
+    let t = Instant::now();
+    let rejected = controls::lease_check_can_fail(&factory, &SuiteConfig::network())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(rejected.len(), controls::LeaseFlaw::ALL.len());
+    let report = controls::leases_follow_their_rules(&factory, &SuiteConfig::network())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    println!("{lib:?}: leases {report:?}, {:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_rs_leases_follow_their_rules_within_their_bound() {
+    leases(Lib::RedisRs).await;
+}
+
+#[cfg(feature = "fred")]
+#[tokio::test(flavor = "multi_thread")]
+async fn fred_leases_follow_their_rules_within_their_bound() {
+    leases(Lib::Fred).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_rs_deny_cache_never_changes_what_is_admitted() {
     deny_cache(Lib::RedisRs).await;

@@ -204,3 +204,23 @@ async fn the_deny_cache_check_rejects_every_flawed_cache() {
             .unwrap_or_else(|v| panic!("{v}"));
     assert_eq!(rejected.len(), controls::Flaw::ALL.len());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lease_check_rejects_every_flawed_lease_and_passes_the_limiters_own() {
+    let rejected = controls::lease_check_can_fail(&Factory(Flaw::None), &SuiteConfig::in_process())
+        .await
+        .unwrap_or_else(|v| panic!("{v}"));
+    for (flaw, why) in &rejected {
+        println!("leases that {flaw:?}: rejected: {why}\n");
+    }
+    assert_eq!(rejected.len(), controls::LeaseFlaw::ALL.len());
+    let report =
+        controls::leases_follow_their_rules(&Factory(Flaw::None), &SuiteConfig::in_process())
+            .await
+            .unwrap_or_else(|v| panic!("{v}"));
+    println!("{report:?}");
+    assert!(
+        report.leased_admitted > 0 && report.leased > report.leased_admitted,
+        "the replays admitted and denied from leases: {report:?}"
+    );
+}

@@ -12,6 +12,8 @@
 //! | `deny_cache_equivalence` (feature `deny-cache`) | the same random traffic through a limiter with the deny cache and one without, each on its own keyspace of one store on one clock: the same calls admitted, call for call; every decision the cached limiter got from the store equal to the plain one's; a cached denial's `retry_after` never longer than the exact one; store calls saved = cache hits. Every algorithm alone, with costs > 1, then two and four quotas (mixed algorithms, a cost per quota, a shadow quota in half of the four-quota runs) |
 //! | `deny_cache_check_can_fail` (feature `deny-cache`) | the equivalence check rejects each `FlawedDenyCache`, each by the part of the check meant for it: one that keeps denying too long, one that ignores the cost, one that reports a longer `retry_after`, one that still calls the store |
 //! | [`shadow_quotas`] | shadow quotas count but never deny: sources, no header naming the shadow policy, would-be denials counted; the store's own state shows the shadow quota charged exactly the admitted calls and not the denied ones; a limiter whose only quota is in shadow mode |
+//! | [`leases_follow_their_rules`] | two limiters (instances) over stores switched off and on at random (busy, or unavailable): while a store cannot answer, a caller with a live lease is decided exactly as the leases' rules say (share of the store's remaining, spent until the reset, renewed by every answer), one without by the policy (busy) or the fallback (unavailable); with the clock still, everything admitted stays within the stated bound. Every algorithm |
+//! | [`lease_check_can_fail`] | the lease check rejects each `LeaseFlaw`: leases that forget what they spent, ignore the instances, outlive their reset, or lease callers the store never answered |
 //! | [`acquire_paces_one_worker`] | one worker's `acquire`s are spaced by the exact `retry_after` (plus at most a quarter of jitter); a deadline shorter than the wait is `AcquireError::Deadline` at once, a long enough one is admitted |
 //! | [`acquire_shares_one_quota`] | workers, each its own limiter on its own store instance, acquire one quota together: all get what they asked, each from the store, and what they got plus what the store still offers at the end is within what the quota allows over the span of the (injected) clock, for all four algorithms |
 //! | [`acquire_cancel_safe`] | acquires cancelled anywhere (before, during or after a store call, while waiting) count nothing: once the quota refills, exactly its limit is admitted |
@@ -30,6 +32,7 @@
 mod deny_cache;
 
 mod acquire;
+mod lease;
 mod shadow;
 
 use std::collections::BTreeSet;
@@ -49,6 +52,10 @@ pub use acquire::{
 pub use deny_cache::{
     CachedLimiter, DenyCacheReport, Flaw, FlawedDenyCache, deny_cache_check_can_fail,
     deny_cache_equivalence, deny_cache_equivalence_of, flawed_cache, real_cache,
+};
+pub use lease::{
+    FlawedLeases, LeaseFlaw, LeaseReport, LeasedLimiter, Switch, lease_check_can_fail,
+    leased_limiter, leases_follow_their_rules, leases_follow_their_rules_of,
 };
 pub use shadow::{ShadowReport, shadow_quotas};
 
@@ -74,6 +81,9 @@ pub enum Control {
     Shadow,
     /// `acquire` waits for a shared quota, within a deadline, cancel-safe.
     Acquire,
+    /// While the store cannot answer, leases decide by their rules, within
+    /// their bound.
+    Lease,
     /// A check's own self-test: it accepted a deliberately wrong control.
     SelfTest,
 }
@@ -84,6 +94,7 @@ impl fmt::Display for Control {
             Self::DenyCache => "deny cache",
             Self::Shadow => "shadow quotas",
             Self::Acquire => "acquire",
+            Self::Lease => "leases",
             Self::SelfTest => "self-test of the checks",
         })
     }
@@ -128,6 +139,8 @@ pub async fn run_controls(
         deny_cache_equivalence(factory, config).await?;
     }
     shadow_quotas(factory).await?;
+    lease_check_can_fail(factory, config).await?;
+    leases_follow_their_rules(factory, config).await?;
     acquire_paces_one_worker(factory).await?;
     acquire_shares_one_quota(factory, config).await?;
     acquire_cancel_safe(factory).await?;
