@@ -1,8 +1,9 @@
 //! How the store reaches the cluster: one redis-rs connection per node
 //! ([`crate::nodes`], the default), redis-rs' cluster connection (a
-//! `ClusterConnection` the application brings), or a clustered fred
-//! client. Scripts, keys and decoding are shared; only the call and its
-//! routing differ.
+//! `ClusterConnection` the application brings), or one fred client per
+//! node made from a clustered client the application brings
+//! ([`crate::fred`]). Scripts, keys and decoding are shared; only the call
+//! and its routing differ.
 
 use std::sync::Arc;
 
@@ -24,9 +25,10 @@ pub(crate) enum Backend {
     Nodes(Arc<Nodes>),
     /// redis-rs `cluster-async`, routed by its own slot map.
     Redis(ClusterConnection),
-    /// fred, clustered.
+    /// fred: a centralized client per node, routed by the store's slot
+    /// map (the application's clustered client reads the map).
     #[cfg(feature = "fred")]
-    Fred(fred::clients::Client),
+    Fred(Arc<crate::fred::FredNodes>),
 }
 
 impl Backend {
@@ -45,7 +47,7 @@ impl Backend {
             Self::Nodes(nodes) => nodes.eval(call, route, source, slots).await,
             Self::Redis(conn) => redis_eval(conn.clone(), call, route, source).await,
             #[cfg(feature = "fred")]
-            Self::Fred(client) => crate::fred::eval(client, call, route, source).await,
+            Self::Fred(nodes) => nodes.eval(call, route, source, slots).await,
         }
     }
 
@@ -77,7 +79,7 @@ impl Backend {
                 Ok(())
             }
             #[cfg(feature = "fred")]
-            Self::Fred(client) => crate::fred::load_scripts(client).await,
+            Self::Fred(nodes) => nodes.load_scripts(slots).await,
         }
     }
 
@@ -88,23 +90,7 @@ impl Backend {
             Self::Nodes(nodes) => nodes.slot_ranges(slots).await.ok(),
             Self::Redis(conn) => redis_slot_ranges(conn).await,
             #[cfg(feature = "fred")]
-            Self::Fred(client) => {
-                use fred::interfaces::ClusterInterface;
-                let state = client.cached_cluster_state()?;
-                Some(
-                    state
-                        .slots()
-                        .iter()
-                        .map(|r| {
-                            (
-                                r.start,
-                                r.end,
-                                format!("{}:{}", r.primary.host, r.primary.port),
-                            )
-                        })
-                        .collect(),
-                )
-            }
+            Self::Fred(nodes) => nodes.slot_ranges().await,
         }
     }
 
@@ -113,7 +99,7 @@ impl Backend {
             Self::Nodes(_) => "redis-rs, one connection per node",
             Self::Redis(_) => "redis-rs cluster connection",
             #[cfg(feature = "fred")]
-            Self::Fred(_) => "fred",
+            Self::Fred(_) => "fred, one client per node",
         }
     }
 }

@@ -1,22 +1,40 @@
-//! The fred backend (feature `fred`): a clustered `fred` client.
+//! The fred backend (feature `fred`): one fred client per master, routed by
+//! the store's own slot map.
 //!
-//! fred follows `MOVED` and `ASK` itself (up to its `max_redirections`) and
-//! keeps its own slot map; the store adds the `NOSCRIPT` fallback and the
-//! retries of [`crate::retry`]. Every script command is sent with fred's
-//! per-command option `max_attempts = 1` (through `ClientLike::with_options`
-//! and fred's `custom` command, since its `LuaInterface` ignores per-command
-//! options), whatever the client's `ConnectionConfig::max_command_attempts`:
-//! fred never re-sends a script whose connection closed with it in flight,
-//! which would count the request twice.
+//! The application hands the store a clustered fred client; the store
+//! keeps it for reading the slot map (`CLUSTER SLOTS`, through fred's own
+//! cluster state) and opens, per node it sends to, a **centralized** fred
+//! client with the same settings (credentials, TLS, connection and
+//! reconnect settings), on demand. Every call goes to the master of its
+//! slot as the store's slot map says ([`crate::slots`], corrected on
+//! `MOVED`), so that, as with the redis-rs backend, one dead master fails
+//! its own callers' calls and no other's: fred's clustered client drives
+//! every node from one routing task, which stops sending to all of them
+//! while it recovers from one (with it, a killed master opened every
+//! master's breaker).
+//!
+//! Every script is sent with fred's per-command options `max_attempts = 1`
+//! (fred never re-sends a script whose connection closed with it in
+//! flight, which would count a request twice) and no timer of fred's own:
+//! it waits for its reply until its caller's deadline, timed by the store,
+//! as with redis-rs. The store follows `MOVED` and `ASK` itself (see
+//! [`crate::retry`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, LuaInterface};
-use fred::types::config::Options;
+use fred::interfaces::{ClientLike, ClusterInterface, LuaInterface};
+use fred::types::config::{Config, ConnectionConfig, Options, PerformanceConfig, ServerConfig};
+use fred::types::{CustomCommand, Value};
 use ratelimit_core::StoreError;
 use ratelimit_redis::error;
 use ratelimit_redis::scripts::Call;
 
+use crate::nodes::RECONNECT_AFTER;
 use crate::retry::{self, Failure, Next, Route};
+use crate::slots::SlotMap;
 
 /// fred's own messages for a command it never sent because no connection
 /// could take it.
@@ -44,61 +62,299 @@ fn failure(err: fred::error::Error) -> Failure {
     }
 }
 
-/// One attempt. fred routes by the key and follows redirects itself, so
-/// `route` is not used: a redirect that reaches the store (fred gave up on
-/// it) is retried through fred's refreshed slot map.
-pub(crate) async fn eval(
-    client: &Client,
-    call: &Call,
-    _route: &Route,
-    source: bool,
-) -> Result<Vec<i64>, Failure> {
-    // Routed by the first key's slot: every key of one call carries the
-    // caller's hash tag.
-    let (command, values) =
-        ratelimit_redis::fred::script_command(call.script, &call.keys, &call.args, source);
-    // One write, and no redirection followed inside fred: after a MOVED or
-    // ASK fred would write the script again, which one attempt forbids, and
-    // it would answer "Too many failed write attempts", the same words as
-    // for a connection closed with the script in flight (which may have
-    // run). With no redirection allowed it answers "Too many redirections"
-    // (after refreshing its slot map on MOVED): the script did not run, and
-    // the store retries it (see `crate::retry`).
-    let once = Options {
+/// Every script command: one attempt (never re-sent), no redirection
+/// followed inside fred (the store follows them), and no timer of fred's
+/// own (the store's deadline bounds the call).
+fn once() -> Options {
+    Options {
         max_attempts: Some(1),
         max_redirections: Some(0),
+        timeout: Some(Duration::ZERO),
         ..Options::default()
-    };
-    client
-        .with_options(&once)
-        .custom(command, values)
-        .await
-        .map_err(failure)
+    }
 }
 
-/// `SCRIPT LOAD` of every script on every primary.
-pub(crate) async fn load_scripts(client: &Client) -> Result<(), StoreError> {
-    for script in ratelimit_redis::scripts::all() {
-        let _: String = client
-            .script_load_cluster(script.lua())
-            .await
-            .map_err(error::from_fred)?;
-    }
-    Ok(())
+/// The store's fred clients: the application's clustered one (the slot
+/// map) and one centralized client per node, opened on demand.
+pub(crate) struct FredNodes {
+    seed: Client,
+    config: Config,
+    performance: PerformanceConfig,
+    connection: ConnectionConfig,
+    policy: Option<fred::types::config::ReconnectPolicy>,
+    nodes: RwLock<HashMap<Arc<str>, Arc<FredNode>>>,
 }
+
+impl std::fmt::Debug for FredNodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FredNodes")
+            .field(
+                "nodes",
+                &self
+                    .nodes
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .keys()
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// One node's centralized client (once connected), and its last failed
+/// connection attempt.
+struct FredNode {
+    name: Arc<str>,
+    host: String,
+    port: u16,
+    client: tokio::sync::OnceCell<Client>,
+    failed: Mutex<Option<(Instant, String)>>,
+}
+
+impl FredNodes {
+    /// The clients for the cluster `seed` (a clustered client, initialised)
+    /// reaches: every node with its settings.
+    pub(crate) fn new(seed: Client) -> Self {
+        let config = seed.client_config();
+        let performance = seed.perf_config();
+        let connection = seed.connection_config().clone();
+        let policy = seed.client_reconnect_policy();
+        Self {
+            seed,
+            config,
+            performance,
+            connection,
+            policy,
+            nodes: RwLock::default(),
+        }
+    }
+
+    /// The node named `name` (`host:port`), created on first use.
+    fn node(&self, name: &str) -> Option<Arc<FredNode>> {
+        if let Some(n) = self
+            .nodes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
+            return Some(Arc::clone(n));
+        }
+        let (host, port) = name.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+        let node = nodes.entry(Arc::from(name)).or_insert_with(|| {
+            Arc::new(FredNode {
+                name: Arc::from(name),
+                host,
+                port,
+                client: tokio::sync::OnceCell::new(),
+                failed: Mutex::new(None),
+            })
+        });
+        Some(Arc::clone(node))
+    }
+
+    /// The node's client, connected now if it is not (a failed attempt is
+    /// remembered for [`RECONNECT_AFTER`]: calls meanwhile fail at once,
+    /// unsent).
+    async fn client(&self, node: &FredNode) -> Result<Client, Failure> {
+        if let Some(c) = node.client.get() {
+            return Ok(c.clone());
+        }
+        if let Some((at, why)) = &*node.failed.lock().unwrap_or_else(|p| p.into_inner())
+            && at.elapsed() < RECONNECT_AFTER
+        {
+            return Err(unreachable(node, why, true));
+        }
+        let connect = async {
+            let mut config = self.config.clone();
+            config.server = ServerConfig::new_centralized(node.host.clone(), node.port);
+            let mut builder = fred::types::Builder::from_config(config);
+            builder.set_performance_config(self.performance.clone());
+            builder.set_connection_config(self.connection.clone());
+            if let Some(policy) = &self.policy {
+                builder.set_policy(policy.clone());
+            }
+            let client = builder.build().map_err(|e| e.to_string())?;
+            client.init().await.map_err(|e| e.to_string())?;
+            Ok::<Client, String>(client)
+        };
+        match node.client.get_or_try_init(|| connect).await {
+            Ok(c) => {
+                *node.failed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                Ok(c.clone())
+            }
+            Err(why) => {
+                tracing::debug!(node = &*node.name, error = %why, "rate-limit store cannot connect to node");
+                let failure = unreachable(node, &why, false);
+                *node.failed.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((Instant::now(), why));
+                Err(failure)
+            }
+        }
+    }
+
+    /// One attempt of `call`, where `route` says (the master of its slot as
+    /// `slots` says, or a redirect's target).
+    pub(crate) async fn eval(
+        &self,
+        call: &Call,
+        route: &Route,
+        source: bool,
+        slots: &SlotMap,
+    ) -> Result<Vec<i64>, Failure> {
+        let name: Arc<str> = match route {
+            Route::Key => slots.owner(call.slot()),
+            Route::Moved(addr) | Route::Ask(addr) => Arc::from(addr.name()),
+        };
+        let Some(node) = self.node(&name) else {
+            // The slot map does not know the slot yet: the seed client routes
+            // this one (a redirect comes back if it is wrong).
+            return self.eval_through_seed(call, source).await;
+        };
+        let client = self.client(&node).await?;
+        let (command, values) =
+            ratelimit_redis::fred::script_command(call.script, &call.keys, &call.args, source);
+        if !matches!(route, Route::Ask(_)) {
+            return client
+                .with_options(&once())
+                .custom(command, values)
+                .await
+                .map_err(failure);
+        }
+        // ASKING applies to the next command on the same connection: the
+        // two go as one pipeline.
+        let pipeline = client.with_options(&once()).pipeline();
+        let asking = CustomCommand::new_static("ASKING", fred::types::ClusterHash::FirstKey, false);
+        let _: () = pipeline
+            .custom(asking, Vec::<Value>::new())
+            .await
+            .map_err(failure)?;
+        let _: () = pipeline.custom(command, values).await.map_err(failure)?;
+        let mut replies: Vec<Value> = pipeline.all().await.map_err(failure)?;
+        let reply = replies.pop().ok_or_else(|| Failure {
+            error: StoreError::message("empty reply to ASKING + script", true),
+            next: Next::Fail,
+        })?;
+        if let Value::Array(items) = &reply
+            && items.is_empty()
+        {
+            return Ok(Vec::new());
+        }
+        reply.convert::<Vec<i64>>().map_err(failure)
+    }
+
+    /// A call for a slot the store's map does not know yet, routed by the
+    /// seed client's own map.
+    async fn eval_through_seed(&self, call: &Call, source: bool) -> Result<Vec<i64>, Failure> {
+        let (command, values) =
+            ratelimit_redis::fred::script_command(call.script, &call.keys, &call.args, source);
+        self.seed
+            .with_options(&once())
+            .custom(command, values)
+            .await
+            .map_err(failure)
+    }
+
+    /// `SCRIPT LOAD` of every script on every master of the slot map.
+    pub(crate) async fn load_scripts(&self, slots: &SlotMap) -> Result<(), StoreError> {
+        let masters = slots.masters();
+        if masters.is_empty() {
+            for script in ratelimit_redis::scripts::all() {
+                let _: String = self
+                    .seed
+                    .script_load_cluster(script.lua())
+                    .await
+                    .map_err(error::from_fred)?;
+            }
+            return Ok(());
+        }
+        for master in masters {
+            let Some(node) = self.node(&master) else {
+                continue;
+            };
+            let client = self.client(&node).await.map_err(|f| f.error)?;
+            for script in ratelimit_redis::scripts::all() {
+                let _: String = client
+                    .script_load(script.lua())
+                    .await
+                    .map_err(error::from_fred)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Each slot range and its master, as the cluster says now (read through
+    /// the seed client's cluster state, refreshed first).
+    pub(crate) async fn slot_ranges(&self) -> Option<Vec<(u16, u16, String)>> {
+        let _ = self.seed.sync_cluster().await;
+        let state = self.seed.cached_cluster_state()?;
+        Some(
+            state
+                .slots()
+                .iter()
+                .map(|r| {
+                    (
+                        r.start,
+                        r.end,
+                        crate::retry::node_name(&r.primary.host, r.primary.port),
+                    )
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A node that could not be connected to: nothing was sent to it.
+fn unreachable(node: &FredNode, why: &str, remembered: bool) -> Failure {
+    let mut message = format!("redis cluster: cannot connect to {}: {why}", node.name);
+    if remembered {
+        message.push_str(&format!(
+            " (the last attempt, under {RECONNECT_AFTER:?} ago; nothing sent)"
+        ));
+    }
+    Failure {
+        error: StoreError::backend(message, true, NotConnected),
+        next: Next::Unreachable,
+    }
+}
+
+/// The source of [`unreachable`]'s error: neither a server reply nor a
+/// timeout, so the node's breaker counts it as an unreachable node
+/// ([`ratelimit_redis::error::reached_server`]).
+#[derive(Debug)]
+struct NotConnected;
+
+impl std::fmt::Display for NotConnected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not connected")
+    }
+}
+
+impl std::error::Error for NotConnected {}
 
 impl crate::ClusterStore {
     /// A store over a clustered fred client you already hold (initialised
-    /// with `init()`), with prefix `rl`, the server's clock and a per-call
-    /// bound of [`crate::DEFAULT_CALL_TIMEOUT`].
+    /// with `init()`), with prefix `rl`, the server's clock and a bound of
+    /// [`crate::DEFAULT_CALL_TIMEOUT`] for requests without a deadline.
     ///
-    /// Any `ConnectionConfig::max_command_attempts` is fine: the store sends
-    /// every script with fred's per-command `max_attempts = 1`, so a script
-    /// whose reply was lost is never sent again (fred would otherwise re-send
-    /// a command whose connection closed while it was in flight, counting a
-    /// request twice). Give the client a
-    /// `PerformanceConfig::default_command_timeout` (fred's default is none).
+    /// The store reads the slot map through your client and sends each
+    /// call itself, to the master of its slot, over a centralized fred
+    /// client per node made with your client's settings (see the module
+    /// docs: one dead master fails only its own callers). Any
+    /// `ConnectionConfig::max_command_attempts` is fine: every script goes
+    /// with fred's per-command `max_attempts = 1`, so a script whose reply
+    /// was lost is never sent again. Its `default_command_timeout` does
+    /// not bound the scripts: each waits until its caller's deadline.
     pub fn from_fred(client: Client) -> Self {
-        Self::from_backend(crate::connection::Backend::Fred(client))
+        // The slot map is read in the background on the first call (a call
+        // before it is known goes through your client's own routing).
+        Self::from_backend(crate::connection::Backend::Fred(Arc::new(FredNodes::new(
+            client,
+        ))))
     }
 }

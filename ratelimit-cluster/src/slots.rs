@@ -8,9 +8,10 @@
 //! calls come (every [`REFRESH_SOON`] once a call found a node unreachable
 //! or was redirected: a failover or a resharding is under way), and
 //! corrected slot by slot on every `MOVED`. Until it is known, every slot
-//! belongs to one domain, `cluster`. With a client that routes by its own
-//! map (a `ClusterConnection` you bring, fred), it only names the failure
-//! domains.
+//! belongs to one domain, `cluster`. It routes the calls of the builder's
+//! store and of a store over fred (one client per node); with a
+//! `ClusterConnection` you bring, which routes by its own map, it only
+//! names the failure domains.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};

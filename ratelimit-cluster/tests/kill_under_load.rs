@@ -172,3 +172,9 @@ async fn healthy_masters_keep_answering(lib: Lib) {
 async fn redis_rs_healthy_masters_answer_while_one_master_is_killed_under_load() {
     healthy_masters_keep_answering(Lib::RedisRs).await;
 }
+
+#[cfg(feature = "fred")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fred_healthy_masters_answer_while_one_master_is_killed_under_load() {
+    healthy_masters_keep_answering(Lib::Fred).await;
+}
