@@ -68,6 +68,8 @@ const WEIGHT: f64 = 0.25;
 /// every request, written by the node's calls.
 #[derive(Debug)]
 pub struct Admission {
+    /// The node, for its metrics.
+    node: Arc<str>,
     base: Instant,
     /// The node's capacity, requests a second (f64 bits; 0: unknown).
     capacity: AtomicU64,
@@ -91,7 +93,16 @@ pub struct Admission {
 
 impl Default for Admission {
     fn default() -> Self {
+        Self::new(Arc::from("node"))
+    }
+}
+
+impl Admission {
+    /// The admission of the node named `node` (its metrics' label), which
+    /// admits everything until it is measured.
+    pub fn new(node: Arc<str>) -> Self {
         Self {
+            node,
             base: Instant::now(),
             capacity: AtomicU64::new(0),
             measured_at: AtomicU64::new(0),
@@ -154,6 +165,11 @@ impl Admission {
     /// on the node, due at `deadline`, is admitted; if not, the limit it
     /// met (see the module docs).
     pub fn admit(&self, ahead: u64, now: Instant, deadline: Instant) -> Result<(), u64> {
+        self.admit_at(ahead, now, deadline)
+            .inspect_err(|_| crate::telemetry::shed(&self.node, "door"))
+    }
+
+    fn admit_at(&self, ahead: u64, now: Instant, deadline: Instant) -> Result<(), u64> {
         let Some(capacity) = self.capacity(now) else {
             self.limit.store(0, Ordering::Relaxed);
             return Ok(());
@@ -203,6 +219,7 @@ impl Admission {
         };
         store_f64(&self.capacity, new);
         self.measured_at.store(self.micros(now), Ordering::Relaxed);
+        crate::telemetry::measured(&self.node, new, self.limit.load(Ordering::Relaxed));
     }
 
     /// A call took `took` from taking its requests to its reply.
@@ -226,6 +243,7 @@ impl Admission {
     /// deadline.
     pub(crate) fn shed_queued(&self) {
         self.shed_in_queue.fetch_add(1, Ordering::Relaxed);
+        crate::telemetry::shed(&self.node, "queue");
     }
 
     /// Whether a request due at `deadline` can still be answered if sent at

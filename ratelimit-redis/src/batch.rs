@@ -281,6 +281,9 @@ impl Queue {
         if newest {
             live.reverse();
         }
+        let waited = live
+            .first()
+            .map(|oldest| now.saturating_duration_since(oldest.queued));
         s.last = live.len();
         s.count_taken(live.len(), now);
         s.measure_backlog(now, admission);
@@ -289,6 +292,9 @@ impl Queue {
         }
         let waiting = s.items.len() as u64;
         drop(s);
+        if let Some(waited) = waited {
+            crate::telemetry::queue_delay(domain.name_arc(), waited);
+        }
         for item in stale {
             if item.reply.is_closed() {
                 continue;

@@ -72,6 +72,7 @@ pub struct Domain {
 
 impl Domain {
     fn new(name: Arc<str>, breaker: CircuitBreaker) -> Self {
+        let admission = crate::admission::Admission::new(Arc::clone(&name));
         Self {
             name,
             health: Health::new(breaker),
@@ -81,7 +82,7 @@ impl Domain {
             suspect_since: AtomicU64::new(0),
             last_timeout: AtomicU64::new(0),
             queue: crate::batch::Queue::default(),
-            admission: crate::admission::Admission::default(),
+            admission,
         }
     }
 

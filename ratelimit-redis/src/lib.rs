@@ -19,6 +19,7 @@ pub mod keys;
 pub mod options;
 pub mod scripts;
 mod store;
+pub mod telemetry;
 
 pub use options::{DEFAULT_CONNECTION_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
 pub use store::{DEFAULT_CALL_TIMEOUT, RedisStore, RedisStoreBuilder};
