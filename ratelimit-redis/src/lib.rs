@@ -18,6 +18,11 @@ pub mod keys;
 pub mod options;
 pub mod scripts;
 mod store;
+pub mod tls;
+pub mod acl;
+#[cfg(feature = "fred")]
+pub mod fred_build;
+pub mod sentinel;
 
 pub use options::{DEFAULT_CONNECTION_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
 pub use store::{DEFAULT_CALL_TIMEOUT, RedisStore, RedisStoreBuilder};
