@@ -4,13 +4,13 @@
 //! A store needs its scripts' commands on its own keys (`<prefix>:*`),
 //! the commands that send the scripts (`EVALSHA`, `EVAL` on `NOSCRIPT`,
 //! `SCRIPT LOAD`), `TIME` and `PING`, the clients' connection set-up
-//! (`CLIENT SETINFO` from redis-rs, `CLIENT ID`/`CLIENT SETNAME`, `INFO`
-//! from fred; `SELECT` for a database other than 0), and on a cluster
+//! (`CLIENT ID`/`CLIENT SETNAME`, `INFO` from fred (redis-rs' `CLIENT
+//! SETINFO` may fail: it goes on without);  `SELECT` for a database other than 0), and on a cluster
 //! `CLUSTER SLOTS`, `CLUSTER INFO` and `ASKING`. [`rule`] writes the rule;
 //! [`setuser`] the whole `ACL SETUSER` command:
 //!
 //! ```text
-//! ACL SETUSER ratelimit on >PASSWORD resetkeys ~rl:* resetchannels -@all +evalsha +eval +script|load +time +ping +client|setinfo +client|id +client|setname +info +select +get +mget +psetex +pexpire +del +zadd +zcount +zincrby +zrange +zrangebyscore +zremrangebyrank +zremrangebyscore +zscore
+//! ACL SETUSER ratelimit on >PASSWORD resetkeys ~rl:* resetchannels -@all +evalsha +eval +script|load +time +ping +client|id +client|setname +info +select +get +mget +psetex +pexpire +del +zadd +zcount +zincrby +zrange +zrangebyscore +zremrangebyrank +zremrangebyscore +zscore
 //! ```
 //!
 //! (plus `+cluster|slots +cluster|info +asking` on every node of a
@@ -51,7 +51,6 @@ pub const CLIENT_COMMANDS: &[&str] = &[
     "script|load",
     "time",
     "ping",
-    "client|setinfo",
     "client|id",
     "client|setname",
     "info",
@@ -90,14 +89,16 @@ pub fn setuser(user: &str, prefix: &str, cluster: bool) -> String {
 /// `KEYS[1]` (a key of the store's prefix), with arguments that change
 /// nothing, or write that key only and delete it again; returns the
 /// permission errors met (empty: everything allowed).
-pub const PROBE: &str = r"
+pub const PROBE: &str = r#"
 local k = KEYS[1]
 local denied = {}
-local function try(...)
-  local r = redis.pcall(...)
+local function try(command, ...)
+  local r = redis.pcall(command, ...)
   if type(r) == 'table' and r.err and (string.find(r.err, 'NOPERM', 1, true)
-      or string.find(r.err, 'permission', 1, true)) then
-    denied[#denied + 1] = r.err
+      or string.find(r.err, 'permission', 1, true)
+      or string.find(r.err, "can't run", 1, true)
+      or string.find(r.err, "can't access", 1, true)) then
+    denied[#denied + 1] = "the '" .. string.lower(command) .. "' command: " .. r.err
   end
 end
 try('TIME')
@@ -117,7 +118,7 @@ try('ZINCRBY', k, 0, 'm')
 try('PEXPIRE', k, 1000)
 try('DEL', k)
 return denied
-";
+"#;
 
 /// The key the probe runs on: in the store's prefix, its own hash tag.
 pub fn probe_key(prefix: &str) -> String {
@@ -126,15 +127,18 @@ pub fn probe_key(prefix: &str) -> String {
 
 /// Whether a server error is a permission error.
 pub fn is_denied(message: &str) -> bool {
-    message.contains("NOPERM") || message.contains("no permissions")
+    let lower = message.to_ascii_lowercase();
+    message.contains("NOPERM")
+        || lower.contains("no permissions")
+        || lower.contains("can't run this command")
+        || lower.contains("can't access")
 }
 
 /// The error of a store whose ACL user `user` was refused `what` (a
 /// server's permission error): names it and the rule to add.
 pub fn denied(what: &str, user: &str, prefix: &str, cluster: bool) -> StoreError {
     let what = what.trim();
-    let fix = if what.contains("access a key") || what.contains("key") && !what.contains("command")
-    {
+    let fix = if what.contains("access") && what.contains("key") {
         format!("let it use the store's keys: ACL SETUSER {user} ~{prefix}:*")
     } else if let Some(command) = command_in(what) {
         format!("add it: ACL SETUSER {user} +{command}")

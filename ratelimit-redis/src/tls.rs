@@ -362,7 +362,12 @@ pub fn redacted(url: &str) -> String {
 pub fn explain(message: &str, node: &str, tls: bool) -> Option<String> {
     let m = message;
     let has = |s: &str| m.contains(s);
-    if has("WRONGPASS") || has("invalid password") || has("invalid username-password") {
+    if has("WRONGPASS")
+        || has("invalid password")
+        || has("invalid username-password")
+        || has("AuthenticationFailed")
+        || has("authentication failed")
+    {
         return Some(format!(
             "{node} refused the credentials (WRONGPASS): check the ACL user and password \
              (in the URL, redis://user:password@host/, or username()/password(); \
@@ -376,7 +381,8 @@ pub fn explain(message: &str, node: &str, tls: bool) -> Option<String> {
              --redis-password)"
         ));
     }
-    if has("UnknownIssuer") || has("unknown issuer") || has("UnknownCA") && !has("received") {
+    // (UnknownCA is the server's alert about our certificate: below.)
+    if has("UnknownIssuer") || has("unknown issuer") {
         return Some(format!(
             "the certificate of {node} is not signed by a CA this client trusts: give the CA \
              that signed it (tls_ca_file, --redis-ca-file)"
@@ -425,6 +431,14 @@ pub fn explain(message: &str, node: &str, tls: bool) -> Option<String> {
         return Some(format!(
             "{node} closed the connection at once: if it serves TLS only (tls-port, port 0), \
              use a rediss:// URL"
+        ));
+    }
+    let timed_out = has("timed out") || has("Timeout") || has("timeout");
+    if timed_out && tls {
+        return Some(format!(
+            "{node} did not answer the TLS handshake in time: if this port serves plain text \
+             (the server has no tls-port here), use a redis:// URL; else the server is too \
+             slow or unreachable (connection_timeout)"
         ));
     }
     if closed && tls {

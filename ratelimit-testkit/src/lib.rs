@@ -9,7 +9,13 @@ pub mod redis_cluster;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 #[cfg(feature = "redis")]
+pub mod sentinel;
+#[cfg(feature = "redis")]
 pub mod server_process;
+#[cfg(feature = "redis")]
+pub mod tls;
+#[cfg(feature = "redis")]
+pub mod acl;
 pub mod stall;
 pub mod wrong;
 
