@@ -13,6 +13,9 @@
 //!   have run: a call is never counted twice); the store looks for the
 //!   primary every [`RESOLVE_EVERY`] until it finds one, for at most
 //!   [`RESOLVE_FOR`];
+//! - **when the primary does not answer a `PING`** on its connection,
+//!   sent every [`CHECK_EVERY`] in the background (a call the store gave
+//!   up on by its own timeout says nothing to the connection);
 //! - **every [`WATCH_EVERY`]**, in the background, to follow a switch the
 //!   calls do not see (a manual `SENTINEL FAILOVER` whose old primary
 //!   still answers for a moment).
@@ -41,6 +44,9 @@ pub const RESOLVE_EVERY: Duration = Duration::from_millis(10);
 /// How long one search for the primary lasts at most (a later failure
 /// starts another).
 pub const RESOLVE_FOR: Duration = Duration::from_secs(60);
+/// How often the store checks in the background that the primary answers
+/// (`PING` on its connection).
+pub const CHECK_EVERY: Duration = Duration::from_millis(20);
 /// How often the store asks the sentinels in the background whether the
 /// primary moved.
 pub const WATCH_EVERY: Duration = Duration::from_millis(500);
@@ -210,9 +216,14 @@ impl Primary {
         let moved = text.contains("READONLY")
             || text.contains("MASTERDOWN")
             || !error::reached_server(err) && !error::is_timeout(err);
-        if !moved {
-            return;
+        if moved {
+            self.search();
         }
+    }
+
+    /// Looks for the primary every [`RESOLVE_EVERY`] until one answers
+    /// (at most [`RESOLVE_FOR`]), in the background; one search at a time.
+    fn search(self: &Arc<Self>) {
         {
             let mut searching = self.searching.lock().unwrap_or_else(|p| p.into_inner());
             if *searching {
@@ -275,14 +286,30 @@ impl Primary {
     }
 }
 
-/// Asks the sentinels every [`WATCH_EVERY`] while the store lives.
+/// While the store lives: `PING`s the primary every [`CHECK_EVERY`]
+/// (a call the store gave up on never reaches [`Primary::failed`]) and
+/// searches when it does not answer; asks the sentinels every
+/// [`WATCH_EVERY`].
 async fn watch(primary: Weak<Primary>) {
+    let mut asked = Instant::now();
     loop {
-        tokio::time::sleep(WATCH_EVERY).await;
+        tokio::time::sleep(CHECK_EVERY).await;
         let Some(primary) = primary.upgrade() else {
             return;
         };
-        let _ = primary.follow().await;
+        let mut manager = primary.manager();
+        let cmd = redis::cmd("PING");
+        let ping = cmd.query_async::<String>(&mut manager);
+        let alive = matches!(
+            tokio::time::timeout(primary.response_timeout, ping).await,
+            Ok(Ok(_))
+        );
+        if !alive {
+            primary.search();
+        } else if asked.elapsed() >= WATCH_EVERY {
+            asked = Instant::now();
+            let _ = primary.follow().await;
+        }
     }
 }
 
@@ -379,10 +406,9 @@ impl Probe<'_> {
                             .find(|kv| kv[0] == k)
                             .and_then(|kv| kv.get(1).cloned())
                     };
-                    let flags = get("flags").unwrap_or_default();
-                    if flags.contains("s_down") || flags.contains("disconnected") {
-                        return None;
-                    }
+                    // Every replica is asked, whatever its flags: the
+                    // sentinel's own link to a replica it just promoted
+                    // may be down (the promotion closes its clients).
                     Some((get("ip")?, get("port")?.parse().ok()?))
                 })
                 .collect();

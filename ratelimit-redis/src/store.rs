@@ -141,7 +141,12 @@ impl Transport for Node {
     }
 
     fn domain(&self, _slot: u16) -> Arc<str> {
-        Arc::clone(&self.name)
+        match &self.backend {
+            // The failure domain is the primary: after a promotion the new
+            // one starts with a closed breaker of its own.
+            Backend::Sentinel(primary) => primary.node(),
+            _ => Arc::clone(&self.name),
+        }
     }
 }
 

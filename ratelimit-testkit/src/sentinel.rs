@@ -187,20 +187,35 @@ impl RedisSentinel {
     }
 
     /// Polls the replica's `ROLE` every millisecond until it answers
-    /// `master` and returns that instant, or `None` after `timeout`.
+    /// `master` and returns that instant, or `None` after `timeout`. (The
+    /// sentinel closes the promoted replica's client connections, this
+    /// one's too: it connects again.)
     pub fn wait_for_promotion(&self, timeout: Duration) -> Option<Instant> {
         let deadline = Instant::now() + timeout;
-        let mut conn = self.replica.connection(Duration::from_secs(1)).ok()?;
+        let mut conn = None;
         while Instant::now() < deadline {
-            let role: Result<Vec<redis::Value>, _> = redis::cmd("ROLE").query(&mut conn);
-            if let Ok(role) = role
-                && matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master")
-            {
-                return Some(Instant::now());
+            if conn.is_none() {
+                conn = self.replica.connection(Duration::from_secs(1)).ok();
+            }
+            if let Some(c) = conn.as_mut() {
+                match redis::cmd("ROLE").query::<Vec<redis::Value>>(c) {
+                    Ok(role)
+                        if matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master") =>
+                    {
+                        return Some(Instant::now());
+                    }
+                    Ok(_) => {}
+                    Err(_) => conn = None,
+                }
             }
             sleep(Duration::from_millis(1));
         }
         None
+    }
+
+    /// The sentinel's log so far (for failure messages).
+    pub fn sentinel_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("sentinel.log")).unwrap_or_default()
     }
 
     /// What the sentinel names as the primary now (`host`, `port`).
