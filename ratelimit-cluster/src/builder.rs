@@ -159,6 +159,39 @@ impl ClusterStoreBuilder {
                 e
             }
         };
+        // One direct attempt on the seeds first, given at least a second
+        // each, until one connects: its error names the cause (a
+        // certificate, a password), where attempts within the connection
+        // timeout could end on a bare timeout (a TLS handshake on a busy
+        // machine).
+        let patient = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(options.connection_timeout.max(Duration::from_secs(1))))
+            .set_response_timeout(Some(options.response_timeout.max(Duration::from_secs(1))));
+        let mut first_error = None;
+        for url in &self.seeds.0 {
+            let client = security.redis_client(url)?;
+            match client
+                .get_multiplexed_async_connection_with_config(&patient)
+                .await
+            {
+                Ok(_) => {
+                    first_error = None;
+                    break;
+                }
+                Err(e) => {
+                    if first_error.is_none() {
+                        first_error = Some(checked(StoreError::backend(
+                            format!("cannot reach the Redis Cluster seed node {}: {e}", redacted(url)),
+                            true,
+                            e,
+                        )));
+                    }
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
         let nodes = Arc::new(nodes);
         let store = ClusterStore::with_engine(Backend::Nodes(Arc::clone(&nodes)), engine);
         // The slot map: which master serves each slot (the routes and the

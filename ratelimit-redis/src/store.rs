@@ -429,6 +429,28 @@ impl RedisStoreBuilder {
                 let node = info.addr().to_string();
                 let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
                 let user = info.redis_settings().username().map(str::to_owned);
+                // One direct attempt first, given at least a second: its
+                // error names the cause (a certificate, a password), where
+                // the manager's retries within the connection timeout
+                // could end on a bare timeout (a TLS handshake on a busy
+                // machine).
+                let patient = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(
+                        options.connection_timeout.max(Duration::from_secs(1)),
+                    ))
+                    .set_response_timeout(Some(
+                        options.response_timeout.max(Duration::from_secs(1)),
+                    ));
+                client
+                    .get_multiplexed_async_connection_with_config(&patient)
+                    .await
+                    .map_err(|e| {
+                        crate::tls::explained(
+                            StoreError::backend(format!("cannot reach {node}: {e}"), true, e),
+                            &node,
+                            tls,
+                        )
+                    })?;
                 let manager = ConnectionManager::new_with_config(client, config)
                     .await
                     .map_err(|e| {
