@@ -1,7 +1,8 @@
 //! A TLS-only Redis that requires client certificates, reached as an ACL
 //! user confined to the store's prefix (`ratelimit_redis::acl::rule`):
 //! the conformance suite with each client library; every key the suite
-//! leaves is under that prefix.
+//! leaves is under that prefix. And the same ACL user in plain text (the
+//! engine matrix's ACL cell: `plain_text`; its TLS cell: `over_tls`).
 
 mod common;
 
@@ -29,12 +30,21 @@ struct TlsFactory {
     user: AclUser,
     base: String,
     lib: Lib,
+    tls: bool,
     stores: Mutex<Vec<RedisStore>>,
 }
 
 impl TlsFactory {
     fn new(lib: Lib) -> Self {
-        let server = RedisServer::start_tls();
+        Self::with(lib, true)
+    }
+
+    fn with(lib: Lib, tls: bool) -> Self {
+        let server = if tls {
+            RedisServer::start_tls()
+        } else {
+            RedisServer::start_local()
+        };
         let base = server.prefix().to_owned();
         let user = server.acl_user(&ratelimit_redis::acl::rule(&base, false));
         Self {
@@ -42,17 +52,22 @@ impl TlsFactory {
             user,
             base,
             lib,
+            tls,
             stores: Mutex::new(Vec::new()),
         }
     }
 
     async fn store(&self) -> RedisStore {
         let certs = TestCerts::shared();
-        let builder = RedisStore::builder(self.server.url())
+        let mut builder = RedisStore::builder(self.server.url())
             .username(self.user.name())
-            .password(self.user.password())
-            .tls_ca_file(certs.ca())
-            .tls_client_cert(certs.client_cert(), certs.client_key())
+            .password(self.user.password());
+        if self.tls {
+            builder = builder
+                .tls_ca_file(certs.ca())
+                .tls_client_cert(certs.client_cert(), certs.client_key());
+        }
+        let builder = builder
             .prefix(&self.base)
             .response_timeout(SLOW)
             .connection_timeout(SLOW)
@@ -115,6 +130,15 @@ async fn redis_rs_over_tls_as_a_confined_acl_user_meets_every_contract() {
 #[tokio::test(flavor = "multi_thread")]
 async fn fred_over_tls_as_a_confined_acl_user_meets_every_contract() {
     let factory = TlsFactory::new(Lib::Fred);
+    if let Err(v) = run_all(&factory, &SuiteConfig::default()).await {
+        panic!("{v}");
+    }
+    factory.assert_keys_confined();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_rs_in_plain_text_as_a_confined_acl_user_meets_every_contract() {
+    let factory = TlsFactory::with(Lib::RedisRs, false);
     if let Err(v) = run_all(&factory, &SuiteConfig::default()).await {
         panic!("{v}");
     }
