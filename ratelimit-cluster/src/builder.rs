@@ -181,7 +181,10 @@ impl ClusterStoreBuilder {
                 Err(e) => {
                     if first_error.is_none() {
                         first_error = Some(checked(StoreError::backend(
-                            format!("cannot reach the Redis Cluster seed node {}: {e}", redacted(url)),
+                            format!(
+                                "cannot reach the Redis Cluster seed node {}: {e}",
+                                redacted(url)
+                            ),
                             true,
                             e,
                         )));
@@ -259,12 +262,18 @@ impl ClusterStoreBuilder {
         let failed = match init {
             Ok(Ok(_)) => None,
             Ok(Err(e)) => Some(StoreError::backend(
-                format!("cannot reach the Redis Cluster through its seed nodes {}: {e}", seeds.join(", ")),
+                format!(
+                    "cannot reach the Redis Cluster through its seed nodes {}: {e}",
+                    seeds.join(", ")
+                ),
                 true,
                 e,
             )),
             Err(_) => Some(StoreError::message(
-                format!("cannot reach the Redis Cluster through its seed nodes {}: no connection within the timeout", seeds.join(", ")),
+                format!(
+                    "cannot reach the Redis Cluster through its seed nodes {}: no connection within the timeout",
+                    seeds.join(", ")
+                ),
                 true,
             )),
         };

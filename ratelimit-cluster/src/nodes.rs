@@ -247,8 +247,7 @@ impl Nodes {
             }
             base.get_or_insert(info);
         }
-        let base =
-            base.ok_or_else(|| StoreError::message("no seed URL for the cluster", false))?;
+        let base = base.ok_or_else(|| StoreError::message("no seed URL for the cluster", false))?;
         let config = AsyncConnectionConfig::new()
             .set_response_timeout(Some(response_timeout))
             .set_connection_timeout(Some(connection_timeout));

@@ -6,9 +6,7 @@ use std::time::{Duration, Instant};
 
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
-use fred::types::config::{
-    Config, ReconnectPolicy, Server, ServerConfig, TlsConfig, TlsConnector,
-};
+use fred::types::config::{Config, ReconnectPolicy, Server, ServerConfig, TlsConfig, TlsConnector};
 use fred::types::{ClusterHash, CustomCommand, Value};
 use ratelimit_core::StoreError;
 use redis::{ConnectionAddr, IntoConnectionInfo};
@@ -136,7 +134,11 @@ pub fn config(
         .set_policy(ReconnectPolicy::new_exponential(0, 25, 100, 2))
         .build()
         .map_err(|e| StoreError::message(format!("invalid fred settings: {e}"), false))?;
-    Ok((client, tls, node_user.unwrap_or_else(|| "default".to_owned())))
+    Ok((
+        client,
+        tls,
+        node_user.unwrap_or_else(|| "default".to_owned()),
+    ))
 }
 
 /// One set-up command through fred, bounded by `wait`.
@@ -250,7 +252,12 @@ impl RedisStoreBuilder {
 }
 
 /// The scripts loaded and every permission checked (see [`crate::acl`]).
-async fn setup(client: &Client, node: &str, wait: Duration, prefix: &str) -> Result<(), StoreError> {
+async fn setup(
+    client: &Client,
+    node: &str,
+    wait: Duration,
+    prefix: &str,
+) -> Result<(), StoreError> {
     command(client, node, wait, "TIME", vec![]).await?;
     for script in crate::scripts::all() {
         command(

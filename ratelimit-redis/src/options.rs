@@ -190,8 +190,7 @@ macro_rules! options_setters {
         /// Authenticates with `password`, instead of the URL's. It is never
         /// shown: not by `Debug`, not in any error.
         pub fn password(mut self, password: impl Into<String>) -> Self {
-            self.options.security.password =
-                Some(ratelimit_redis::tls::Secret::new(password));
+            self.options.security.password = Some(ratelimit_redis::tls::Secret::new(password));
             self
         }
     };

@@ -96,7 +96,10 @@ impl std::fmt::Debug for Primary {
 
 fn addr_name(addr: &ConnectionAddr) -> String {
     match addr {
-        ConnectionAddr::Tcp(h, p) | ConnectionAddr::TcpTls { host: h, port: p, .. } => {
+        ConnectionAddr::Tcp(h, p)
+        | ConnectionAddr::TcpTls {
+            host: h, port: p, ..
+        } => {
             if h.contains(':') {
                 format!("[{h}]:{p}")
             } else {
@@ -357,13 +360,15 @@ impl Probe<'_> {
             .await
             .map_err(|e| e.to_string())?;
         Ok(match role {
-            redis::Value::Array(items) => matches!(
-                items.first(),
-                Some(redis::Value::BulkString(b)) if b == b"master"
-            ) || matches!(
-                items.first(),
-                Some(redis::Value::SimpleString(s)) if s == "master"
-            ),
+            redis::Value::Array(items) => {
+                matches!(
+                    items.first(),
+                    Some(redis::Value::BulkString(b)) if b == b"master"
+                ) || matches!(
+                    items.first(),
+                    Some(redis::Value::SimpleString(s)) if s == "master"
+                )
+            }
             _ => false,
         })
     }

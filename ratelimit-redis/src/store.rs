@@ -505,7 +505,10 @@ impl RedisStoreBuilder {
         let _: i64 = bounded(
             &node,
             wait,
-            redis::cmd("EVAL").arg("return 1").arg(0).query_async(&mut m),
+            redis::cmd("EVAL")
+                .arg("return 1")
+                .arg(0)
+                .query_async(&mut m),
         )
         .await
         .map_err(checked)?;

@@ -146,10 +146,7 @@ impl Security {
     /// an unreadable file, or TLS files given for a `redis://` URL.
     pub fn redis_client(&self, url: &str) -> Result<redis::Client, StoreError> {
         let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {
-            StoreError::message(
-                format!("invalid Redis URL {}: {e}", redacted(url)),
-                false,
-            )
+            StoreError::message(format!("invalid Redis URL {}: {e}", redacted(url)), false)
         })?;
         self.redis_client_for(info, &redacted(url))
     }
@@ -198,7 +195,9 @@ impl Security {
         };
         redis::Client::build_with_tls(info, certificates).map_err(|e| {
             StoreError::message(
-                format!("cannot set up TLS for {name}: {e} (check the CA and client certificate files)"),
+                format!(
+                    "cannot set up TLS for {name}: {e} (check the CA and client certificate files)"
+                ),
                 false,
             )
         })

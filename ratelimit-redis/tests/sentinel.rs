@@ -119,10 +119,11 @@ async fn run(lib: Lib) -> Duration {
     });
     fixture.kill_primary();
     let f = Arc::clone(&fixture);
-    let promoted = tokio::task::spawn_blocking(move || f.wait_for_promotion(Duration::from_secs(30)))
-        .await
-        .unwrap()
-        .expect("the sentinel promotes the replica within 30 s");
+    let promoted =
+        tokio::task::spawn_blocking(move || f.wait_for_promotion(Duration::from_secs(30)))
+            .await
+            .unwrap()
+            .expect("the sentinel promotes the replica within 30 s");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     stop.store(true, Ordering::Relaxed);
     let mut logs = Vec::new();
@@ -146,10 +147,7 @@ async fn run(lib: Lib) -> Duration {
             .iter()
             .filter(|(at, s, allowed)| *at > promoted && *s == Source::Store && *allowed)
             .count() as u64;
-        let maybe_ran = log
-            .iter()
-            .filter(|(_, s, _)| *s != Source::Store)
-            .count() as u64;
+        let maybe_ran = log.iter().filter(|(_, s, _)| *s != Source::Store).count() as u64;
         assert!(
             after[i] <= before[i] + admitted + maybe_ran,
             "{lib:?} caller {i}: counted {} > {} before + {admitted} admitted + {maybe_ran} that may have run: a call counted twice",
@@ -165,7 +163,10 @@ async fn run(lib: Lib) -> Duration {
     }
     let recovered = back - promoted;
     if let Some(at) = switched.await.unwrap() {
-        println!("{lib:?}: the store switched to the new primary {:?} after the promotion", at.saturating_duration_since(promoted));
+        println!(
+            "{lib:?}: the store switched to the new primary {:?} after the promotion",
+            at.saturating_duration_since(promoted)
+        );
     }
     println!(
         "{lib:?}: promotion {:?} after the kill; the store decided again {recovered:?} after the promotion; primary now {:?}",

@@ -196,11 +196,17 @@ mod tests {
         let e = l.check(&request(1, 1, 257, 1)).unwrap_err().0;
         assert!(e.contains("257") && e.contains("--max-key-len"), "{e}");
         let e = l.check(&request(1, 1, 1, 1_000_000)).unwrap_err().0;
-        assert!(e.contains("1000000") && e.contains("--max-value-len"), "{e}");
+        assert!(
+            e.contains("1000000") && e.contains("--max-value-len"),
+            "{e}"
+        );
         let mut r = request(1, 1, 1, 1);
         r.hits_addend = 2_000_000;
         let e = l.check(&r).unwrap_err().0;
-        assert!(e.contains("2000000") && e.contains("--max-hits-addend"), "{e}");
+        assert!(
+            e.contains("2000000") && e.contains("--max-hits-addend"),
+            "{e}"
+        );
         let big = InputLimits {
             max_value_len: usize::MAX,
             ..l

@@ -329,7 +329,12 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
             .prefix(&cli.redis_prefix)
             .build()
             .await
-            .map_err(|e| format!("cannot connect to Redis at {}: {e}", redacted(&cli.redis_url)))?,
+            .map_err(|e| {
+                format!(
+                    "cannot connect to Redis at {}: {e}",
+                    redacted(&cli.redis_url)
+                )
+            })?,
         ),
         Backend::Cluster => {
             if cli.cluster_urls.is_empty() {

@@ -74,15 +74,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
     options: ShutdownOptions,
 ) -> std::io::Result<()> {
-    serve_with(
-        service,
-        grpc,
-        http,
-        shutdown,
-        options,
-        Transport::default(),
-    )
-    .await
+    serve_with(service, grpc, http, shutdown, options, Transport::default()).await
 }
 
 /// How the listeners speak: TLS or plain text, and the size beyond which

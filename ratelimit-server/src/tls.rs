@@ -160,7 +160,10 @@ impl ServerTls {
 
 /// The files' contents, `None` when one cannot be read.
 fn contents(files: &TlsFiles) -> Option<Vec<Vec<u8>>> {
-    let mut out = vec![std::fs::read(&files.cert).ok()?, std::fs::read(&files.key).ok()?];
+    let mut out = vec![
+        std::fs::read(&files.cert).ok()?,
+        std::fs::read(&files.key).ok()?,
+    ];
     if let Some(ca) = &files.client_ca {
         out.push(std::fs::read(ca).ok()?);
     }
@@ -280,11 +283,7 @@ impl axum::serve::Listener for TlsListener {
         loop {
             match self.rx.recv().await {
                 Some(Ok(stream)) => {
-                    let peer = stream
-                        .get_ref()
-                        .0
-                        .peer_addr()
-                        .unwrap_or(self.addr);
+                    let peer = stream.get_ref().0.peer_addr().unwrap_or(self.addr);
                     return (stream, peer);
                 }
                 Some(Err(_)) => continue,

@@ -187,7 +187,10 @@ fn decisions_over_mutual_tls_through_a_tls_redis_as_a_confined_acl_user() {
         };
         assert!(refused, "a client without a certificate was served");
         // A certificate of another CA: refused too.
-        let other = (certs.read("other-client.pem"), certs.read("other-client.key"));
+        let other = (
+            certs.read("other-client.pem"),
+            certs.read("other-client.key"),
+        );
         let refused = match channel(server.grpc, &ca, Some((&other.0, &other.1))).await {
             Err(_) => true,
             Ok(ch) => RateLimitServiceClient::new(ch)
@@ -207,7 +210,8 @@ fn decisions_over_mutual_tls_through_a_tls_redis_as_a_confined_acl_user() {
         .unwrap();
     assert!(!keys.is_empty());
     assert!(
-        keys.iter().all(|k| k.starts_with(&format!("{}:", s.prefix))),
+        keys.iter()
+            .all(|k| k.starts_with(&format!("{}:", s.prefix))),
         "{keys:?}"
     );
     let log = server.stderr.lock().unwrap().clone();
@@ -297,7 +301,12 @@ fn wrong_redis_settings_stop_the_server_with_the_cause_and_no_password() {
         a
     };
     let cases: Vec<(&str, Vec<String>, &str, &str)> = vec![
-        ("wrong CA", with(&[("--redis-ca-file", path(certs.file("other-ca.pem")))]), &pw, "--redis-ca-file"),
+        (
+            "wrong CA",
+            with(&[("--redis-ca-file", path(certs.file("other-ca.pem")))]),
+            &pw,
+            "--redis-ca-file",
+        ),
         (
             "a client certificate of another CA",
             with(&[
@@ -307,10 +316,18 @@ fn wrong_redis_settings_stop_the_server_with_the_cause_and_no_password() {
             &pw,
             "refused the client certificate",
         ),
-        ("wrong password", base.clone(), &wrong_pw, "refused the credentials"),
+        (
+            "wrong password",
+            base.clone(),
+            &wrong_pw,
+            "refused the credentials",
+        ),
         (
             "plain text to a TLS port",
-            with(&[("--redis-url", s.redis.url().replace("rediss://", "redis://"))]),
+            with(&[(
+                "--redis-url",
+                s.redis.url().replace("rediss://", "redis://"),
+            )]),
             &pw,
             "rediss://",
         ),
@@ -343,7 +360,10 @@ fn wrong_redis_settings_stop_the_server_with_the_cause_and_no_password() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, out) = run_to_exit(
         &args,
-        &[("RLS_REDIS_PASSWORD", no_zadd.password()), ("RUST_LOG", "debug")],
+        &[
+            ("RLS_REDIS_PASSWORD", no_zadd.password()),
+            ("RUST_LOG", "debug"),
+        ],
     );
     assert_ne!(code, Some(0), "{out}");
     assert!(
@@ -352,11 +372,17 @@ fn wrong_redis_settings_stop_the_server_with_the_cause_and_no_password() {
     );
     assert!(!out.contains(no_zadd.password()), "{out}");
     // The password in the URL is redacted too.
-    let args = with(&[("--redis-url", s.user.url(&s.redis.url()).replace(&pw, &wrong_pw))]);
+    let args = with(&[(
+        "--redis-url",
+        s.user.url(&s.redis.url()).replace(&pw, &wrong_pw),
+    )]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, out) = run_to_exit(&args, &[("RUST_LOG", "debug")]);
     assert_ne!(code, Some(0), "{out}");
-    assert!(!out.contains(&wrong_pw), "the URL's password is shown:\n{out}");
+    assert!(
+        !out.contains(&wrong_pw),
+        "the URL's password is shown:\n{out}"
+    );
 }
 
 #[test]

@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 
+#[cfg(feature = "redis")]
+pub mod acl;
 pub mod conformance;
 pub mod controls;
 #[cfg(feature = "redis")]
@@ -12,11 +14,9 @@ pub mod redis_server;
 pub mod sentinel;
 #[cfg(feature = "redis")]
 pub mod server_process;
+pub mod stall;
 #[cfg(feature = "redis")]
 pub mod tls;
-#[cfg(feature = "redis")]
-pub mod acl;
-pub mod stall;
 pub mod wrong;
 
 pub use conformance::{Contract, StoreFactory, SuiteConfig, Violation, run_all};

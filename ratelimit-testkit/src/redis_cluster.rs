@@ -444,11 +444,7 @@ impl RedisCluster {
                 .into_iter()
                 .map(|port| self.proxy(port).url())
                 .collect(),
-            Mode::Local { .. } => self
-                .ports()
-                .into_iter()
-                .map(|p| self.node_url(p))
-                .collect(),
+            Mode::Local { .. } => self.ports().into_iter().map(|p| self.node_url(p)).collect(),
             Mode::External { urls } => urls.clone(),
         }
     }

@@ -110,7 +110,9 @@ impl RedisServer {
     /// As [`RedisServer::start_local`].
     pub fn start_with(options: &ServerOptions) -> Self {
         Self {
-            mode: Mode::Local(ServerProcess::start(&options.clone().or_else_hint(EXTERNAL_HINT))),
+            mode: Mode::Local(ServerProcess::start(
+                &options.clone().or_else_hint(EXTERNAL_HINT),
+            )),
             prefix: fresh_prefix(),
         }
     }

@@ -139,7 +139,10 @@ impl RedisSentinel {
 
     /// The port of the first primary.
     pub fn primary_port(&self) -> u16 {
-        self.primary.lock().unwrap_or_else(|p| p.into_inner()).port()
+        self.primary
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .port()
     }
 
     /// The port of the replica (the primary after a failover).
@@ -199,8 +202,7 @@ impl RedisSentinel {
             }
             if let Some(c) = conn.as_mut() {
                 match redis::cmd("ROLE").query::<Vec<redis::Value>>(c) {
-                    Ok(role)
-                        if matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master") =>
+                    Ok(role) if matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master") =>
                     {
                         return Some(Instant::now());
                     }

@@ -70,7 +70,9 @@ fn leaf(
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
     ];
-    let cert = params.signed_by(&key, issuer).expect("signing a certificate");
+    let cert = params
+        .signed_by(&key, issuer)
+        .expect("signing a certificate");
     (cert.pem(), key.serialize_pem())
 }
 
