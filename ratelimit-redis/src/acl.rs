@@ -10,12 +10,13 @@
 //! [`setuser`] the whole `ACL SETUSER` command:
 //!
 //! ```text
-//! ACL SETUSER ratelimit on >PASSWORD resetkeys ~rl:* resetchannels -@all +evalsha +eval +script|load +time +ping +client|id +client|setname +info +select +get +mget +psetex +pexpire +del +zadd +zcount +zincrby +zrange +zrangebyscore +zremrangebyrank +zremrangebyscore +zscore
+//! ACL SETUSER ratelimit on >PASSWORD resetkeys ~rl:* -@all +evalsha +eval +script|load +time +ping +client|id +client|setname +info +select +get +mget +psetex +pexpire +del +zadd +zcount +zincrby +zrange +zrangebyscore +zremrangebyrank +zremrangebyscore +zscore
 //! ```
 //!
 //! (plus `+cluster|slots +cluster|info +asking` on every node of a
 //! cluster, which keeps ACL users per node). Nothing else: no key outside
-//! the prefix, no channel, no admin command.
+//! the prefix, no admin command, and no publish or subscribe command (so
+//! no channel, without `resetchannels`, which Redis 6.0 lacks).
 //!
 //! **The check at start.** A built store runs [`PROBE`] once on a key of
 //! its own prefix (`<prefix>:{acl-probe}:check`): the script calls every
@@ -62,10 +63,11 @@ pub const CLIENT_COMMANDS: &[&str] = &[
 pub const CLUSTER_COMMANDS: &[&str] = &["cluster|slots", "cluster|info", "asking"];
 
 /// The ACL rule (after the user's name, `on` and its password) that lets
-/// a store with key prefix `prefix` run, and nothing more: its keys, no
-/// channel, the commands above.
+/// a store with key prefix `prefix` run, and nothing more: its keys and
+/// the commands above (no publish or subscribe command: no channel).
+/// Accepted by Redis 6.0 and later, and Valkey.
 pub fn rule(prefix: &str, cluster: bool) -> String {
-    let mut rule = format!("resetkeys ~{prefix}:* resetchannels -@all");
+    let mut rule = format!("resetkeys ~{prefix}:* -@all");
     let extra: &[&str] = if cluster { CLUSTER_COMMANDS } else { &[] };
     for c in CLIENT_COMMANDS
         .iter()
@@ -174,7 +176,7 @@ mod tests {
     #[test]
     fn the_rule_names_the_prefix_and_every_command() {
         let r = rule("myapp:rl", false);
-        assert!(r.starts_with("resetkeys ~myapp:rl:* resetchannels -@all +evalsha"));
+        assert!(r.starts_with("resetkeys ~myapp:rl:* -@all +evalsha"));
         for c in SCRIPT_COMMANDS {
             assert!(r.contains(&format!(" +{c}")), "{c}");
         }

@@ -443,3 +443,49 @@ fn input_limits_refuse_with_invalid_argument_and_the_server_keeps_serving() {
     assert_eq!(r.status, 400, "{r:?}");
     assert!(r.body.contains("--max-value-len"), "{r:?}");
 }
+
+#[test]
+fn the_sentinel_backend_decides_through_the_primary_and_follows_a_failover() {
+    let fixture = ratelimit_testkit::sentinel::RedisSentinel::start();
+    let dir = temp_dir("sentinel");
+    let config = write_whole(
+        &dir,
+        "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: hour\n      requests_per_unit: 1000\n",
+    );
+    let server = Server::start(&[
+        "--config",
+        &config.display().to_string(),
+        "--backend",
+        "sentinel",
+        "--sentinel-url",
+        &fixture.sentinel_url(),
+        "--sentinel-master",
+        fixture.master_name(),
+        "--redis-prefix",
+        fixture.prefix(),
+        "--failure-policy",
+        "closed",
+    ]);
+    let req = request("edge", vec![descriptor(&[("remote_address", "10.0.0.9")])]);
+    let ok = |server: &Server| {
+        let req = req.clone();
+        rt().block_on(async move {
+            let mut client = RateLimitServiceClient::connect(server.grpc_url()).await.ok()?;
+            let r = client.should_rate_limit(req).await.ok()?.into_inner();
+            (r.overall_code == Code::Ok as i32).then_some(())
+        })
+    };
+    assert!(ok(&server).is_some());
+    fixture.kill_primary();
+    assert!(fixture.wait_for_promotion(Duration::from_secs(30)).is_some());
+    assert!(
+        eventually(Duration::from_secs(10), || ok(&server)).is_some(),
+        "no decision after the failover: {}",
+        server.stderr.lock().unwrap()
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*", fixture.prefix()))
+        .query(&mut fixture.replica_connection())
+        .unwrap();
+    assert!(!keys.is_empty(), "no key on the new primary");
+}
