@@ -470,14 +470,20 @@ fn the_sentinel_backend_decides_through_the_primary_and_follows_a_failover() {
     let ok = |server: &Server| {
         let req = req.clone();
         rt().block_on(async move {
-            let mut client = RateLimitServiceClient::connect(server.grpc_url()).await.ok()?;
+            let mut client = RateLimitServiceClient::connect(server.grpc_url())
+                .await
+                .ok()?;
             let r = client.should_rate_limit(req).await.ok()?.into_inner();
             (r.overall_code == Code::Ok as i32).then_some(())
         })
     };
     assert!(ok(&server).is_some());
     fixture.kill_primary();
-    assert!(fixture.wait_for_promotion(Duration::from_secs(30)).is_some());
+    assert!(
+        fixture
+            .wait_for_promotion(Duration::from_secs(30))
+            .is_some()
+    );
     assert!(
         eventually(Duration::from_secs(10), || ok(&server)).is_some(),
         "no decision after the failover: {}",
