@@ -29,6 +29,9 @@ use ratelimit_redis::RedisStore;
 use ratelimit_testkit::redis_server::RedisServer;
 use ratelimit_testkit::tls::TestCerts;
 
+/// A row of the table: its name, the measure, its unit.
+type Row = (&'static str, fn(&Round) -> f64, &'static str);
+
 #[derive(Debug, Default, Clone)]
 struct Round {
     handshake_us: f64,
@@ -187,7 +190,7 @@ async fn main() {
         );
     }
     let m = |v: &[Round], f: fn(&Round) -> f64| median(v.iter().map(f).collect());
-    let rows: [(&str, fn(&Round) -> f64, &str); 7] = [
+    let rows: [Row; 7] = [
         (
             "handshake: connect + first PING, median",
             |r| r.handshake_us,
