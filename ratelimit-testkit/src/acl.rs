@@ -56,8 +56,8 @@ impl AclUser {
 
     /// Creates (or resets) the user on the server behind `conn` with
     /// `rule` (ACL SETUSER's rules after the name, such as
-    /// `resetkeys ~rl:* -@all +get`): `ACL SETUSER <name> reset on
-    /// ><password> <rule>`.
+    /// `resetkeys ~rl:* -@all +get`):
+    /// `ACL SETUSER <name> reset on ><password> <rule>`.
     ///
     /// # Panics
     ///
