@@ -512,16 +512,15 @@ impl RedisStoreBuilder {
         )
         .await
         .map_err(checked)?;
-        let probe = redis::Script::new(crate::acl::PROBE);
-        let denied: Vec<String> = bounded(
-            &node,
-            wait,
-            probe
-                .key(crate::acl::probe_key(&options.prefix))
-                .invoke_async(&mut m),
-        )
-        .await
-        .map_err(checked)?;
+        // EVAL, not EVALSHA: a probe never cached would meet NOSCRIPT.
+        let probe = redis::cmd("EVAL")
+            .arg(crate::acl::PROBE)
+            .arg(1)
+            .arg(crate::acl::probe_key(&options.prefix))
+            .to_owned();
+        let denied: Vec<String> = bounded(&node, wait, probe.query_async(&mut m))
+            .await
+            .map_err(checked)?;
         if let Some(first) = denied.first() {
             return Err(crate::acl::denied(first, &user, &options.prefix, false));
         }
