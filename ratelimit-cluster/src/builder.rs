@@ -182,7 +182,8 @@ impl ClusterStoreBuilder {
                     if first_error.is_none() {
                         first_error = Some(checked(StoreError::backend(
                             format!(
-                                "cannot reach the Redis Cluster seed node {}: {e}",
+                                "cannot reach the Redis Cluster through its seed nodes {}: {}: {e}",
+                                seeds(),
                                 redacted(url)
                             ),
                             true,
