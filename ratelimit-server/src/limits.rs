@@ -188,7 +188,8 @@ mod tests {
     #[test]
     fn each_limit_is_named_with_its_flag_and_the_value() {
         let l = InputLimits::DEFAULT;
-        assert!(l.check(&request(64, 32, 256, 16)).is_ok());
+        assert!(l.check(&request(64, 2, 256, 16)).is_ok());
+        assert!(l.check(&request(1, 32, 256, 1024)).is_ok());
         let e = l.check(&request(65, 1, 1, 1)).unwrap_err().0;
         assert!(e.contains("65") && e.contains("--max-descriptors"), "{e}");
         let e = l.check(&request(1, 33, 1, 1)).unwrap_err().0;
