@@ -167,9 +167,11 @@ impl RedisStoreBuilder {
     /// a promotion when the sentinels announce it (see the crate README).
     pub async fn build_fred(self) -> Result<RedisStore, StoreError> {
         let options = &self.options;
-        let mut engine =
+        // Each call is bounded by its caller's deadline and the store's
+        // bound on a decision; the response timeout bounds the set-up
+        // commands below.
+        let engine =
             options.engine(options.connection_timeout + 3 * options.response_timeout, 1)?;
-        engine.set_reply_timeout(Some(options.response_timeout));
         let (urls, topology, master, node) = match &self.sentinel {
             Some(s) => (
                 s.sentinels.clone(),
