@@ -127,30 +127,89 @@ impl ClusterStoreBuilder {
             let urls: Vec<String> = self.seeds.0.iter().map(|u| redacted(u)).collect();
             urls.join(", ")
         };
+        let security = &options.security;
         let nodes = Nodes::new(
             &self.seeds.0,
             options.response_timeout,
             options.connection_timeout,
+            security,
         )
         .map_err(|e| {
-            naming(
-                format!("cannot set up a Redis Cluster client for {}", seeds()),
-                e,
+            StoreError::message(
+                format!("cannot set up a Redis Cluster client for {}: {e}", seeds()),
+                false,
             )
         })?;
+        let first = self.seeds.0.first().map(String::as_str).unwrap_or("");
+        let tls = first.starts_with("rediss://");
+        let user = security
+            .username
+            .clone()
+            .or_else(|| {
+                redis::IntoConnectionInfo::into_connection_info(first)
+                    .ok()
+                    .and_then(|i| i.redis_settings().username().map(str::to_owned))
+            })
+            .unwrap_or_else(|| "default".to_owned());
+        let checked = |e: StoreError| {
+            let e = ratelimit_redis::tls::explained(e, "the cluster's nodes", tls);
+            let text = e.to_string();
+            if ratelimit_redis::acl::is_denied(&text) {
+                ratelimit_redis::acl::denied(&text, &user, &options.prefix, true)
+            } else {
+                e
+            }
+        };
+        // One direct attempt on the seeds first, given at least a second
+        // each, until one connects: its error names the cause (a
+        // certificate, a password), where attempts within the connection
+        // timeout could end on a bare timeout (a TLS handshake on a busy
+        // machine).
+        let patient = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(options.connection_timeout.max(Duration::from_secs(1))))
+            .set_response_timeout(Some(options.response_timeout.max(Duration::from_secs(1))));
+        let mut first_error = None;
+        for url in &self.seeds.0 {
+            let client = security.redis_client(url)?;
+            match client
+                .get_multiplexed_async_connection_with_config(&patient)
+                .await
+            {
+                Ok(_) => {
+                    first_error = None;
+                    break;
+                }
+                Err(e) => {
+                    if first_error.is_none() {
+                        first_error = Some(checked(StoreError::backend(
+                            format!(
+                                "cannot reach the Redis Cluster through its seed nodes {}: {}: {e}",
+                                seeds(),
+                                redacted(url)
+                            ),
+                            true,
+                            e,
+                        )));
+                    }
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
         let nodes = Arc::new(nodes);
         let store = ClusterStore::with_engine(Backend::Nodes(Arc::clone(&nodes)), engine);
         // The slot map: which master serves each slot (the routes and the
         // failure domains).
         let ranges = nodes.slot_ranges(&store.router.slots).await.map_err(|e| {
-            StoreError::backend(
+            checked(StoreError::backend(
                 format!(
                     "cannot reach the Redis Cluster through its seed nodes {}: {e}",
                     seeds()
                 ),
                 e.is_transient(),
                 e,
-            )
+            ))
         })?;
         store.router.slots.set_ranges(&ranges);
         // Every master's clock, learnt now: the first call on each slot
@@ -159,10 +218,154 @@ impl ClusterStoreBuilder {
             .learn_clocks(&store.router.slots, store.engine.server_clock())
             .await;
         if self.load_scripts {
-            store.load_scripts().await?;
+            store.load_scripts().await.map_err(checked)?;
+        }
+        // Every permission the store needs, on every master
+        // (`ratelimit_redis::acl`).
+        nodes
+            .check_permissions(&store.router.slots, &options.prefix)
+            .await
+            .map_err(checked)?;
+        Ok(store)
+    }
+}
+
+#[cfg(feature = "fred")]
+impl ClusterStoreBuilder {
+    /// Connects with a clustered fred client instead of redis-rs (feature
+    /// `fred`) and builds the store: the same seeds, credentials, TLS
+    /// files, prefix, timeouts, and checks at start (scripts loaded on
+    /// every primary, every permission checked on each) as
+    /// [`Self::build`].
+    pub async fn build_fred(self) -> Result<ClusterStore, StoreError> {
+        use fred::interfaces::{ClientLike, ClusterInterface, LuaInterface};
+        use ratelimit_redis::fred_build::{Topology, config};
+        let options = &self.options;
+        let (client, tls, user) = config(
+            &self.seeds.0,
+            Topology::Clustered,
+            "",
+            &options.security,
+            options.connection_timeout,
+            options.response_timeout,
+        )?;
+        let checked = |e: StoreError| {
+            let e = ratelimit_redis::tls::explained(e, "the cluster's nodes", tls);
+            let text = e.to_string();
+            if ratelimit_redis::acl::is_denied(&text) {
+                ratelimit_redis::acl::denied(&text, &user, &options.prefix, true)
+            } else {
+                e
+            }
+        };
+        let seeds: Vec<String> = self.seeds.0.iter().map(|u| redacted(u)).collect();
+        let wait = options.response_timeout.max(Duration::from_millis(500));
+        let init = tokio::time::timeout(wait + 4 * options.connection_timeout, client.init()).await;
+        let failed = match init {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(StoreError::backend(
+                format!(
+                    "cannot reach the Redis Cluster through its seed nodes {}: {e}",
+                    seeds.join(", ")
+                ),
+                true,
+                e,
+            )),
+            Err(_) => Some(StoreError::message(
+                format!(
+                    "cannot reach the Redis Cluster through its seed nodes {}: no connection within the timeout",
+                    seeds.join(", ")
+                ),
+                true,
+            )),
+        };
+        if let Some(e) = failed {
+            let _ = client.quit().await;
+            return Err(checked(e));
+        }
+        let setup = async {
+            if self.load_scripts {
+                for script in ratelimit_redis::scripts::all() {
+                    let _: String = client
+                        .script_load_cluster(script.lua())
+                        .await
+                        .map_err(error::from_fred)?;
+                }
+            }
+            let ranges: Vec<(u16, u16)> = client
+                .cached_cluster_state()
+                .map(|s| s.slots().iter().map(|r| (r.start, r.end)).collect())
+                .unwrap_or_default();
+            for range in ranges {
+                let Some(key) = crate::nodes::probe_key(&options.prefix, &[range]) else {
+                    continue;
+                };
+                probe_fred(&client, &key, wait).await?;
+            }
+            Ok::<_, StoreError>(())
+        };
+        if let Err(e) = setup.await {
+            let _ = client.quit().await;
+            return Err(checked(e));
+        }
+        let mut store = ClusterStore::from_fred(client).with_prefix(&options.prefix)?;
+        if let Some(timeout) = options.timeout {
+            store = store.with_timeout(timeout);
+        }
+        store = store.with_max_in_flight(options.max_in_flight);
+        if let Some(clock) = &options.clock {
+            store = store.with_clock(SharedClock(Arc::clone(clock)));
         }
         Ok(store)
     }
+}
+
+/// An injected clock shared with the builder's options.
+#[cfg(feature = "fred")]
+#[derive(Debug)]
+struct SharedClock(Arc<dyn ratelimit_core::Clock>);
+
+#[cfg(feature = "fred")]
+impl ratelimit_core::Clock for SharedClock {
+    fn now(&self) -> ratelimit_core::Micros {
+        self.0.now()
+    }
+}
+
+/// The permission check on the master of `key`'s slot, through fred.
+#[cfg(feature = "fred")]
+async fn probe_fred(
+    client: &fred::clients::Client,
+    key: &str,
+    wait: Duration,
+) -> Result<(), StoreError> {
+    use fred::interfaces::ClientLike;
+    use fred::types::{ClusterHash, CustomCommand, Value};
+    let slot = fred::util::redis_keyslot(key.as_bytes());
+    let eval = || CustomCommand::new_static("EVAL", ClusterHash::Custom(slot), false);
+    let send = |args: Vec<Value>| async move {
+        match tokio::time::timeout(wait, client.custom::<Value, _>(eval(), args)).await {
+            Ok(r) => r.map_err(error::from_fred),
+            Err(_) => Err(StoreError::message(
+                format!("no reply within {wait:?} to the permission check"),
+                true,
+            )),
+        }
+    };
+    // EVAL needs a key of the slot to be routed there.
+    send(vec!["return 1".into(), 1_i64.into(), key.into()]).await?;
+    let reply = send(vec![
+        ratelimit_redis::acl::PROBE.into(),
+        1_i64.into(),
+        key.into(),
+    ])
+    .await?;
+    if let Value::Array(denied) = reply
+        && let Some(first) = denied.first().and_then(|v| v.as_string())
+    {
+        return Err(StoreError::message(first, false));
+    }
+    Ok(())
 }
 
 /// A redis-rs error, classified as [`error::from_redis`] does, its message
@@ -185,18 +388,7 @@ fn naming(what: String, e: redis::RedisError) -> StoreError {
 /// `url` with its password, if any, replaced by `***`: error messages name
 /// the node, never its credentials.
 fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{path}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
+    ratelimit_redis::tls::redacted(url)
 }
 
 #[cfg(test)]

@@ -247,24 +247,26 @@ impl Node {
 impl Nodes {
     /// Connection settings for every node from the first seed's URL; the
     /// seeds' addresses. The URLs are checked by the caller.
+    /// `security` (credentials, TLS files) applies to every node.
     pub(crate) fn new(
         seeds: &[String],
         response_timeout: Duration,
         connection_timeout: Duration,
-    ) -> Result<Self, redis::RedisError> {
+        security: &ratelimit_redis::tls::Security,
+    ) -> Result<Self, StoreError> {
         let mut base = None;
         let mut names = Vec::new();
         for url in seeds {
-            let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())?;
+            // Credentials, TLS files (parsed into the address's TLS
+            // settings, which every node's address keeps: `at`) and
+            // TCP_NODELAY: see `ratelimit_redis::tls::Security`.
+            let info = security.redis_client(url)?.get_connection_info().clone();
             if let Some((host, port)) = host_port(info.addr()) {
                 names.push(Arc::from(crate::retry::node_name(&host, port)));
             }
             base.get_or_insert(info);
         }
-        let base = base
-            .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Client, "no seed URL")))?
-            // TCP_NODELAY: see `ratelimit_redis::RedisStoreBuilder::build`.
-            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+        let base = base.ok_or_else(|| StoreError::message("no seed URL for the cluster", false))?;
         // No response timeout on the connections: a script call waits for
         // its reply until its caller's deadline (the engine's timer), and a
         // busy node is not a failed one. The response timeout bounds the
@@ -454,6 +456,45 @@ impl Nodes {
         Ok(())
     }
 
+    /// Runs the store's permission check ([`ratelimit_redis::acl::PROBE`],
+    /// and `EVAL`) on every master of the slot map, each on a key of the
+    /// store's prefix in a slot it serves: the first permission error, as
+    /// the server wrote it.
+    pub(crate) async fn check_permissions(
+        &self,
+        slots: &SlotMap,
+        prefix: &str,
+    ) -> Result<(), StoreError> {
+        for (master, ranges) in Self::masters(slots) {
+            let Some(node) = self.node(&master) else {
+                continue;
+            };
+            let Some(key) = probe_key(prefix, &ranges) else {
+                continue;
+            };
+            let node = &node;
+            let run = |cmd: redis::Cmd| async move {
+                node.query(&cmd)
+                    .await
+                    .and_then(|v| v.extract_error().map_err(failure))
+                    .map_err(|f| f.error)
+            };
+            run(redis::cmd("EVAL").arg("return 1").arg(0).to_owned()).await?;
+            let denied = run(redis::cmd("EVAL")
+                .arg(ratelimit_redis::acl::PROBE)
+                .arg(1)
+                .arg(&key)
+                .to_owned())
+            .await?;
+            if let Ok(denied) = redis::from_redis_value::<Vec<String>>(denied)
+                && let Some(first) = denied.into_iter().next()
+            {
+                return Err(StoreError::message(first, false));
+            }
+        }
+        Ok(())
+    }
+
     /// Reads every master's `TIME` once and teaches `clock` the offset of
     /// each of its slots, so that the first call on every slot carries a
     /// deadline. Best effort: a master that does not answer is learnt
@@ -482,6 +523,18 @@ impl Nodes {
             }
         }
     }
+}
+
+/// A key of `prefix` whose slot is in `ranges`, for the permission check.
+pub(crate) fn probe_key(prefix: &str, ranges: &[(u16, u16)]) -> Option<String> {
+    (0..200_000u32).find_map(|n| {
+        let key = format!("{prefix}:{{acl-probe-{n}}}:check");
+        let slot = ratelimit_redis::keys::slot(key.as_bytes());
+        ranges
+            .iter()
+            .any(|&(a, b)| a <= slot && slot <= b)
+            .then_some(key)
+    })
 }
 
 /// The host and port of a TCP address.
@@ -522,6 +575,7 @@ mod tests {
             &["redis://app:pw@10.0.0.1:7000/".to_owned()],
             Duration::from_millis(30),
             Duration::from_millis(50),
+            &Default::default(),
         )
         .unwrap();
         assert_eq!(&*nodes.seeds[0], "10.0.0.1:7000");
@@ -544,6 +598,7 @@ mod tests {
             &[format!("redis://127.0.0.1:{port}/")],
             Duration::from_millis(30),
             Duration::from_millis(50),
+            &Default::default(),
         )
         .unwrap();
         let node = nodes.node(&format!("127.0.0.1:{port}")).unwrap();

@@ -5,6 +5,7 @@
 // and from `ratelimit-cluster` alike.
 extern crate self as ratelimit_redis;
 
+pub mod acl;
 pub mod admission;
 pub mod arg;
 mod batch;
@@ -15,11 +16,15 @@ pub mod engine;
 pub mod error;
 #[cfg(feature = "fred")]
 pub mod fred;
+#[cfg(feature = "fred")]
+pub mod fred_build;
 pub mod keys;
 pub mod options;
 pub mod scripts;
+pub mod sentinel;
 mod store;
 pub mod telemetry;
+pub mod tls;
 
 pub use options::{DEFAULT_CONNECTION_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
 pub use store::{DEFAULT_CALL_TIMEOUT, RedisStore, RedisStoreBuilder};

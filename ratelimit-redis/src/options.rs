@@ -55,6 +55,8 @@ pub struct Options {
     /// The bound on script calls waiting on one node at once (default
     /// [`DEFAULT_MAX_IN_FLIGHT`]).
     pub max_in_flight: usize,
+    /// TLS files and credentials (default none: the URL's).
+    pub security: crate::tls::Security,
 }
 
 impl Default for Options {
@@ -66,6 +68,7 @@ impl Default for Options {
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             timeout: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            security: crate::tls::Security::default(),
         }
     }
 }
@@ -151,6 +154,42 @@ macro_rules! options_setters {
         /// queueing behind a stalled node.
         pub fn max_in_flight(mut self, max: usize) -> Self {
             self.options.max_in_flight = max;
+            self
+        }
+
+        /// Trusts the CA certificate(s) in the PEM file `path` for the
+        /// servers' certificates, instead of the system's roots (a private
+        /// CA). Needs `rediss://` URLs; the file is read by
+        /// [`Self::build`].
+        pub fn tls_ca_file(mut self, path: impl Into<::std::path::PathBuf>) -> Self {
+            self.options.security.ca_file = Some(path.into());
+            self
+        }
+
+        /// Presents the client certificate in the PEM file `cert` (its
+        /// chain) with the private key in the PEM file `key`, for servers
+        /// that require one (`tls-auth-clients yes`). Needs `rediss://`
+        /// URLs; the files are read by [`Self::build`].
+        pub fn tls_client_cert(
+            mut self,
+            cert: impl Into<::std::path::PathBuf>,
+            key: impl Into<::std::path::PathBuf>,
+        ) -> Self {
+            self.options.security.cert_file = Some(cert.into());
+            self.options.security.key_file = Some(key.into());
+            self
+        }
+
+        /// Authenticates as the ACL user `user`, instead of the URL's.
+        pub fn username(mut self, user: impl Into<String>) -> Self {
+            self.options.security.username = Some(user.into());
+            self
+        }
+
+        /// Authenticates with `password`, instead of the URL's. It is never
+        /// shown: not by `Debug`, not in any error.
+        pub fn password(mut self, password: impl Into<String>) -> Self {
+            self.options.security.password = Some(ratelimit_redis::tls::Secret::new(password));
             self
         }
     };

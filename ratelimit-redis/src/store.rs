@@ -29,6 +29,9 @@ pub(crate) enum Backend {
     /// A fred client.
     #[cfg(feature = "fred")]
     Fred(fred::clients::Client),
+    /// redis-rs, to the primary the sentinels name, followed across
+    /// promotions.
+    Sentinel(Arc<crate::sentinel::Primary>),
 }
 
 impl Backend {
@@ -38,6 +41,16 @@ impl Backend {
     fn eval(&self, call: Arc<Call>) -> Eval {
         match self {
             Self::Redis(cm) => Box::pin(redis_eval(cm.clone(), call)),
+            Self::Sentinel(primary) => {
+                let primary = Arc::clone(primary);
+                Box::pin(async move {
+                    let reply = redis_eval(primary.manager(), call).await;
+                    if let Err(e) = &reply {
+                        primary.failed(e);
+                    }
+                    reply
+                })
+            }
             #[cfg(feature = "fred")]
             Self::Fred(client) => {
                 let client = client.clone();
@@ -53,6 +66,7 @@ impl Backend {
     fn name(&self) -> &'static str {
         match self {
             Self::Redis(_) => "redis-rs",
+            Self::Sentinel(_) => "redis-rs through Sentinel",
             #[cfg(feature = "fred")]
             Self::Fred(_) => "fred",
         }
@@ -98,7 +112,7 @@ async fn redis_eval(mut cm: ConnectionManager, call: Arc<Call>) -> Result<Vec<i6
 
 /// A set-up command on `node` (its clock, the scripts), given `wait` for
 /// its reply: the connection arms no timer of its own.
-async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     node: &str,
     wait: Duration,
     reply: impl std::future::Future<Output = redis::RedisResult<T>>,
@@ -127,7 +141,12 @@ impl Transport for Node {
     }
 
     fn domain(&self, _slot: u16) -> Arc<str> {
-        Arc::clone(&self.name)
+        match &self.backend {
+            // The failure domain is the primary: after a promotion the new
+            // one starts with a closed breaker of its own.
+            Backend::Sentinel(primary) => primary.node(),
+            _ => Arc::clone(&self.name),
+        }
     }
 }
 
@@ -193,11 +212,43 @@ impl RedisStore {
         Self::builder(url).build().await
     }
 
-    /// Starts building a store for `url`.
+    /// Starts building a store for `url` (`redis://[user:password@]host:port/db`,
+    /// or `rediss://` for TLS).
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder {
             url: url.into(),
             options: Options::default(),
+            sentinel: None,
+        }
+    }
+
+    /// Starts building a store over the primary that the `sentinels`
+    /// (`redis://host:26379/`, `rediss://` for TLS, a sentinel's own
+    /// password in its URL) name for the master name `master`, followed
+    /// across promotions (see [`crate::sentinel`]). The nodes are reached
+    /// over TLS when the sentinels are, with the builder's credentials and
+    /// TLS files.
+    pub fn sentinel_builder<I, S>(sentinels: I, master: impl Into<String>) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisStoreBuilder {
+            url: String::new(),
+            options: Options::default(),
+            sentinel: Some(crate::sentinel::SentinelConfig {
+                sentinels: sentinels.into_iter().map(Into::into).collect(),
+                master: master.into(),
+            }),
+        }
+    }
+
+    /// For a store over Sentinel, the primary it sends to now
+    /// (`host:port`); `None` for other stores.
+    pub fn primary(&self) -> Option<String> {
+        match &self.backend {
+            Backend::Sentinel(p) => Some(p.node().to_string()),
+            _ => None,
         }
     }
 
@@ -214,7 +265,7 @@ impl RedisStore {
         Self::assemble(backend, node, Engine::new(DEFAULT_CALL_TIMEOUT, 1))
     }
 
-    fn assemble(backend: Backend, node: &str, engine: Engine) -> Self {
+    pub(crate) fn assemble(backend: Backend, node: &str, engine: Engine) -> Self {
         let node: Arc<str> = Arc::from(node);
         Self {
             transport: Arc::new(Node {
@@ -303,8 +354,9 @@ impl Store for RedisStore {
 /// # Ok(()) }
 /// ```
 pub struct RedisStoreBuilder {
-    url: String,
-    options: Options,
+    pub(crate) url: String,
+    pub(crate) options: Options,
+    pub(crate) sentinel: Option<crate::sentinel::SentinelConfig>,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -312,6 +364,7 @@ impl fmt::Debug for RedisStoreBuilder {
         // The URL may hold a password: leave it out.
         f.debug_struct("RedisStoreBuilder")
             .field("options", &self.options)
+            .field("sentinel", &self.sentinel)
             .finish_non_exhaustive()
     }
 }
@@ -325,9 +378,15 @@ impl RedisStoreBuilder {
 
     /// Connects and builds the store.
     ///
-    /// Fails on an invalid prefix or URL, or a server that cannot be reached
-    /// now; once built, the store reconnects by itself (backing off from
-    /// 25 ms to at most 1 s between attempts).
+    /// Fails on an invalid prefix or URL, unreadable TLS files, a server
+    /// that cannot be reached now, and credentials or permissions the
+    /// store cannot run with: the error names the cause and the fix (a
+    /// certificate not trusted or not naming the host, a client
+    /// certificate missing or refused, plain text to a TLS port or TLS to
+    /// a plain-text port, a wrong password, an ACL permission missing and
+    /// the rule to add: see [`crate::acl`]), and never a password. Once
+    /// built, the store reconnects by itself (backing off from 25 ms to at
+    /// most 100 ms between attempts).
     pub async fn build(self) -> Result<RedisStore, StoreError> {
         let options = &self.options;
         let engine =
@@ -336,28 +395,93 @@ impl RedisStoreBuilder {
         // its reply until its caller's deadline (the engine's one timer per
         // call), and a busy node is not a failed one. The response timeout
         // bounds the set-up commands below.
-        // TCP_NODELAY: a batch call larger than one write would otherwise
-        // wait for the server's delayed ACK (40 ms on Linux) under Nagle's
-        // algorithm, which redis-rs leaves on by default.
-        let info = redis::IntoConnectionInfo::into_connection_info(self.url.as_str())
-            .map_err(error::from_redis)?
-            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-        let client = redis::Client::open(info).map_err(error::from_redis)?;
-        let node = client.get_connection_info().addr().to_string();
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(Some(options.connection_timeout))
             .set_min_delay(Duration::from_millis(25))
             .set_max_delay(Duration::from_millis(100))
             .set_number_of_retries(4);
-        let manager = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(|e| StoreError::backend(format!("cannot reach {node}: {e}"), true, e))?;
+        let (backend, node, tls, user) = match &self.sentinel {
+            Some(sentinel) => {
+                let primary = crate::sentinel::Primary::connect(
+                    sentinel,
+                    options.security.clone(),
+                    options.connection_timeout,
+                    options.response_timeout,
+                    config,
+                )
+                .await?;
+                let tls = primary.tls();
+                let user = options.security.username.clone();
+                (
+                    Backend::Sentinel(primary),
+                    format!("{} (Sentinel)", sentinel.master),
+                    tls,
+                    user,
+                )
+            }
+            None => {
+                let client = options.security.redis_client(&self.url)?;
+                let info = client.get_connection_info();
+                let node = info.addr().to_string();
+                let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+                let user = info.redis_settings().username().map(str::to_owned);
+                // One direct attempt first, given at least a second: its
+                // error names the cause (a certificate, a password), where
+                // the manager's retries within the connection timeout
+                // could end on a bare timeout (a TLS handshake on a busy
+                // machine).
+                let patient = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(
+                        options.connection_timeout.max(Duration::from_secs(1)),
+                    ))
+                    .set_response_timeout(Some(
+                        options.response_timeout.max(Duration::from_secs(1)),
+                    ));
+                client
+                    .get_multiplexed_async_connection_with_config(&patient)
+                    .await
+                    .map_err(|e| {
+                        crate::tls::explained(
+                            StoreError::backend(format!("cannot reach {node}: {e}"), true, e),
+                            &node,
+                            tls,
+                        )
+                    })?;
+                let manager = ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(|e| {
+                        crate::tls::explained(
+                            StoreError::backend(format!("cannot reach {node}: {e}"), true, e),
+                            &node,
+                            tls,
+                        )
+                    })?;
+                (Backend::Redis(manager), node, tls, user)
+            }
+        };
+        let mut m = match &backend {
+            Backend::Redis(manager) => manager.clone(),
+            Backend::Sentinel(primary) => primary.manager(),
+            #[cfg(feature = "fred")]
+            Backend::Fred(_) => unreachable!("built over redis-rs"),
+        };
+        let user = user.unwrap_or_else(|| "default".to_owned());
+        let checked = |e: StoreError| {
+            let e = crate::tls::explained(e, &node, tls);
+            let text = e.to_string();
+            if crate::acl::is_denied(&text) {
+                crate::acl::denied(&text, &user, &options.prefix, false)
+            } else {
+                e
+            }
+        };
         // Learn the server's clock now, so the first decision carries a
         // deadline too (see `crate::deadline`).
-        let mut m = manager.clone();
-        let wait = options.response_timeout;
-        let time: (i64, i64) = bounded(&node, wait, redis::cmd("TIME").query_async(&mut m)).await?;
+        let wait = options.response_timeout.max(Duration::from_millis(500));
+        let time: (i64, i64) = bounded(&node, wait, redis::cmd("TIME").query_async(&mut m))
+            .await
+            .map_err(checked)?;
         engine.server_clock().observe(
             0,
             time.0.saturating_mul(1_000_000).saturating_add(time.1),
@@ -370,8 +494,33 @@ impl RedisStoreBuilder {
                 .arg("LOAD")
                 .arg(script.lua())
                 .to_owned();
-            let _: String = bounded(&node, wait, load.query_async(&mut m)).await?;
+            let _: String = bounded(&node, wait, load.query_async(&mut m))
+                .await
+                .map_err(checked)?;
         }
-        Ok(RedisStore::assemble(Backend::Redis(manager), &node, engine))
+        // Every permission the store needs, checked now (`crate::acl`).
+        let _: i64 = bounded(
+            &node,
+            wait,
+            redis::cmd("EVAL")
+                .arg("return 1")
+                .arg(0)
+                .query_async(&mut m),
+        )
+        .await
+        .map_err(checked)?;
+        // EVAL, not EVALSHA: a probe never cached would meet NOSCRIPT.
+        let probe = redis::cmd("EVAL")
+            .arg(crate::acl::PROBE)
+            .arg(1)
+            .arg(crate::acl::probe_key(&options.prefix))
+            .to_owned();
+        let denied: Vec<String> = bounded(&node, wait, probe.query_async(&mut m))
+            .await
+            .map_err(checked)?;
+        if let Some(first) = denied.first() {
+            return Err(crate::acl::denied(first, &user, &options.prefix, false));
+        }
+        Ok(RedisStore::assemble(backend, &node, engine))
     }
 }

@@ -3,9 +3,11 @@
 pub mod config;
 pub mod http;
 pub mod json;
+pub mod limits;
 pub mod metrics;
 pub mod server;
 pub mod service;
+pub mod tls;
 
 pub use config::{Config, ConfigError, LoadOptions};
 pub use service::{Degraded, RateLimitService, Settings};

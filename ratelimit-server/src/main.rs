@@ -12,6 +12,7 @@ use clap::{Parser, ValueEnum};
 use ratelimit_core::store::Store;
 use ratelimit_core::{AlgorithmKind, FailurePolicy};
 use ratelimit_server::config::parse_algorithm;
+use ratelimit_server::limits::InputLimits;
 use ratelimit_server::server::{self, ShutdownOptions};
 use ratelimit_server::{Config, Degraded, LoadOptions, RateLimitService, Settings};
 
@@ -23,6 +24,9 @@ enum Backend {
     Redis,
     /// A Redis Cluster.
     Cluster,
+    /// The primary that Redis Sentinel names (`--sentinel-url`,
+    /// `--sentinel-master`), followed across failovers.
+    Sentinel,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -57,13 +61,84 @@ struct Cli {
     /// Where the counters live.
     #[arg(long, value_enum, default_value = "local", env = "RLS_BACKEND")]
     backend: Backend,
-    /// The Redis node (`--backend redis`).
-    #[arg(long, default_value = "redis://127.0.0.1:6379/", env = "RLS_REDIS_URL")]
+    /// The Redis node (`--backend redis`): redis://[user:password@]host:port/db,
+    /// rediss:// for TLS.
+    #[arg(
+        long,
+        default_value = "redis://127.0.0.1:6379/",
+        env = "RLS_REDIS_URL",
+        hide_env_values = true
+    )]
     redis_url: String,
     /// A Redis Cluster node to start from (`--backend cluster`); repeat or
-    /// separate with commas.
-    #[arg(long = "cluster-url", env = "RLS_CLUSTER_URLS", value_delimiter = ',')]
+    /// separate with commas. rediss:// for TLS.
+    #[arg(
+        long = "cluster-url",
+        env = "RLS_CLUSTER_URLS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     cluster_urls: Vec<String>,
+    /// A sentinel (`--backend sentinel`): redis://host:26379/ (rediss://
+    /// for TLS, which the nodes then use too); repeat or separate with
+    /// commas.
+    #[arg(
+        long = "sentinel-url",
+        env = "RLS_SENTINEL_URLS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    sentinel_urls: Vec<String>,
+    /// The master name the sentinels monitor (`--backend sentinel`).
+    #[arg(long, env = "RLS_SENTINEL_MASTER")]
+    sentinel_master: Option<String>,
+    /// The Redis ACL user (instead of the URL's).
+    #[arg(long, env = "RLS_REDIS_USERNAME")]
+    redis_username: Option<String>,
+    /// The Redis password (instead of the URL's); prefer the environment
+    /// variable to the command line, which other users can read.
+    #[arg(long, env = "RLS_REDIS_PASSWORD", hide_env_values = true)]
+    redis_password: Option<String>,
+    /// A PEM file of the CA that signed the Redis servers' certificates,
+    /// instead of the system's roots (rediss:// URLs).
+    #[arg(long, env = "RLS_REDIS_CA_FILE")]
+    redis_ca_file: Option<PathBuf>,
+    /// A PEM client certificate for Redis servers that require one
+    /// (tls-auth-clients yes), with --redis-key-file.
+    #[arg(long, env = "RLS_REDIS_CERT_FILE", requires = "redis_key_file")]
+    redis_cert_file: Option<PathBuf>,
+    /// The PEM private key of --redis-cert-file.
+    #[arg(long, env = "RLS_REDIS_KEY_FILE", requires = "redis_cert_file")]
+    redis_key_file: Option<PathBuf>,
+    /// Serve gRPC and HTTP over TLS with this PEM certificate (chain), with
+    /// --grpc-tls-key. Reloaded when the file changes.
+    #[arg(long, env = "RLS_GRPC_TLS_CERT", requires = "grpc_tls_key")]
+    grpc_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --grpc-tls-cert.
+    #[arg(long, env = "RLS_GRPC_TLS_KEY", requires = "grpc_tls_cert")]
+    grpc_tls_key: Option<PathBuf>,
+    /// Mutual TLS: require a client certificate signed by a CA in this PEM
+    /// file (a client without one is refused at the handshake).
+    #[arg(long, env = "RLS_GRPC_CLIENT_CA", requires = "grpc_tls_cert")]
+    grpc_client_ca: Option<PathBuf>,
+    /// The most descriptors one request may carry.
+    #[arg(long, default_value_t = InputLimits::DEFAULT.max_descriptors, env = "RLS_MAX_DESCRIPTORS")]
+    max_descriptors: usize,
+    /// The most entries one descriptor may carry.
+    #[arg(long, default_value_t = InputLimits::DEFAULT.max_entries, env = "RLS_MAX_ENTRIES")]
+    max_entries: usize,
+    /// The longest descriptor entry key, in bytes.
+    #[arg(long, default_value_t = InputLimits::DEFAULT.max_key_len, env = "RLS_MAX_KEY_LEN")]
+    max_key_len: usize,
+    /// The longest descriptor entry value, in bytes.
+    #[arg(long, default_value_t = InputLimits::DEFAULT.max_value_len, env = "RLS_MAX_VALUE_LEN")]
+    max_value_len: usize,
+    /// The largest request, in bytes (its protobuf encoding).
+    #[arg(long, default_value_t = InputLimits::DEFAULT.max_message_bytes, env = "RLS_MAX_MESSAGE_BYTES")]
+    max_message_bytes: usize,
+    /// The largest hits_addend.
+    #[arg(long, default_value_t = InputLimits::DEFAULT.max_hits_addend, env = "RLS_MAX_HITS_ADDEND")]
+    max_hits_addend: u64,
     /// The prefix of every Redis key.
     #[arg(long, default_value = "rl", env = "RLS_REDIS_PREFIX")]
     redis_prefix: String,
@@ -110,6 +185,30 @@ struct Cli {
     #[arg(long)]
     check: bool,
 }
+
+/// Applies the Redis credentials and TLS files of the command line to a
+/// store builder (single node, Sentinel or cluster: the same setters).
+macro_rules! secured {
+    ($builder:expr, $cli:expr) => {{
+        let mut b = $builder;
+        if let Some(user) = &$cli.redis_username {
+            b = b.username(user.clone());
+        }
+        if let Some(password) = &$cli.redis_password {
+            b = b.password(password.clone());
+        }
+        if let Some(ca) = &$cli.redis_ca_file {
+            b = b.tls_ca_file(ca.clone());
+        }
+        if let (Some(cert), Some(key)) = (&$cli.redis_cert_file, &$cli.redis_key_file) {
+            b = b.tls_client_cert(cert.clone(), key.clone());
+        }
+        b
+    }};
+}
+
+use ratelimit_redis::tls::redacted;
+use ratelimit_server::tls::{ServerTls, TlsFiles};
 
 fn parse_algorithm_arg(s: &str) -> Result<AlgorithmKind, String> {
     parse_algorithm(s).ok_or_else(|| {
@@ -223,27 +322,76 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
             Arc::new(ratelimit_local::LocalStore::new())
         }
         Backend::Redis => Arc::new(
-            ratelimit_redis::RedisStore::builder(cli.redis_url.clone())
-                .prefix(&cli.redis_prefix)
-                .build()
-                .await
-                .map_err(|e| format!("cannot connect to Redis at {}: {e}", cli.redis_url))?,
+            secured!(
+                ratelimit_redis::RedisStore::builder(cli.redis_url.clone()),
+                cli
+            )
+            .prefix(&cli.redis_prefix)
+            .build()
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot connect to Redis at {}: {e}",
+                    redacted(&cli.redis_url)
+                )
+            })?,
         ),
         Backend::Cluster => {
             if cli.cluster_urls.is_empty() {
                 return Err("--backend cluster needs at least one --cluster-url".to_owned());
             }
             Arc::new(
-                ratelimit_cluster::ClusterStore::builder(cli.cluster_urls.clone())
-                    .prefix(&cli.redis_prefix)
-                    .build()
-                    .await
-                    .map_err(|e| {
-                        format!(
-                            "cannot connect to the Redis Cluster at {}: {e}",
-                            cli.cluster_urls.join(", ")
-                        )
-                    })?,
+                secured!(
+                    ratelimit_cluster::ClusterStore::builder(cli.cluster_urls.clone()),
+                    cli
+                )
+                .prefix(&cli.redis_prefix)
+                .build()
+                .await
+                .map_err(|e| {
+                    format!(
+                        "cannot connect to the Redis Cluster at {}: {e}",
+                        cli.cluster_urls
+                            .iter()
+                            .map(|u| redacted(u))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?,
+            )
+        }
+        Backend::Sentinel => {
+            let Some(master) = cli.sentinel_master.clone() else {
+                return Err(
+                    "--backend sentinel needs --sentinel-master (the master name the sentinels \
+                     monitor) and at least one --sentinel-url"
+                        .to_owned(),
+                );
+            };
+            if cli.sentinel_urls.is_empty() {
+                return Err("--backend sentinel needs at least one --sentinel-url".to_owned());
+            }
+            Arc::new(
+                secured!(
+                    ratelimit_redis::RedisStore::sentinel_builder(
+                        cli.sentinel_urls.clone(),
+                        master.clone()
+                    ),
+                    cli
+                )
+                .prefix(&cli.redis_prefix)
+                .build()
+                .await
+                .map_err(|e| {
+                    format!(
+                        "cannot reach the primary of {master:?} through the sentinels {}: {e}",
+                        cli.sentinel_urls
+                            .iter()
+                            .map(|u| redacted(u))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?,
             )
         }
     };
@@ -251,6 +399,7 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
         Backend::Local => "local",
         Backend::Redis => "redis",
         Backend::Cluster => "cluster",
+        Backend::Sentinel => "sentinel",
     };
     let settings = Settings {
         namespace: cli.namespace.clone(),
@@ -267,6 +416,36 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
         limits = config.limit_count(),
         "configuration loaded"
     );
+    let limits = InputLimits {
+        max_descriptors: cli.max_descriptors,
+        max_entries: cli.max_entries,
+        max_key_len: cli.max_key_len,
+        max_value_len: cli.max_value_len,
+        max_message_bytes: cli.max_message_bytes,
+        max_hits_addend: cli.max_hits_addend,
+    };
+    ratelimit_server::limits::set(limits);
+    let tls = match (&cli.grpc_tls_cert, &cli.grpc_tls_key) {
+        (Some(cert), Some(key)) => {
+            let tls = ServerTls::load(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: cli.grpc_client_ca.clone(),
+            })
+            .map_err(|e| format!("cannot serve TLS: {e}"))?;
+            tracing::info!(
+                mutual = tls.mutual(),
+                "gRPC and HTTP over TLS{}",
+                if tls.mutual() {
+                    ": clients need a certificate of --grpc-client-ca"
+                } else {
+                    ""
+                }
+            );
+            Some(tls)
+        }
+        _ => None,
+    };
     let service = Arc::new(
         RateLimitService::new(store, config, settings, backend)
             .map_err(|e| format!("invalid settings: {e}"))?,
@@ -293,7 +472,7 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
         let _ = writeln!(out, "ratelimit-server: HTTP on {http_addr}");
         let _ = out.flush();
     }
-    server::serve(
+    server::serve_with(
         service,
         grpc,
         http,
@@ -301,6 +480,10 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
         ShutdownOptions {
             drain_delay: cli.drain_delay,
             grace: cli.shutdown_grace,
+        },
+        server::Transport {
+            tls,
+            max_message_bytes: limits.transport_limit(),
         },
     )
     .await

@@ -65,7 +65,8 @@ impl Default for ShutdownOptions {
 /// Serves `service` over gRPC on `grpc` and over HTTP on `http` until
 /// `shutdown` completes; then reports `NOT_SERVING`, waits the drain delay,
 /// stops accepting connections and lets requests in flight finish (at most
-/// the grace period).
+/// the grace period). Plain text, the default input limits' transport
+/// bound: see [`serve_with`].
 pub async fn serve(
     service: Arc<RateLimitService>,
     grpc: TcpListener,
@@ -73,6 +74,41 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
     options: ShutdownOptions,
 ) -> std::io::Result<()> {
+    serve_with(service, grpc, http, shutdown, options, Transport::default()).await
+}
+
+/// How the listeners speak: TLS or plain text, and the size beyond which
+/// a message is refused before it is decoded.
+#[derive(Debug, Clone)]
+pub struct Transport {
+    /// TLS (and mutual TLS) for both listeners; `None`: plain text.
+    pub tls: Option<Arc<crate::tls::ServerTls>>,
+    /// gRPC's decoding limit and HTTP's body limit, in bytes (see
+    /// [`crate::limits::InputLimits::transport_limit`]).
+    pub max_message_bytes: usize,
+}
+
+impl Default for Transport {
+    fn default() -> Self {
+        Self {
+            tls: None,
+            max_message_bytes: crate::limits::InputLimits::DEFAULT.transport_limit(),
+        }
+    }
+}
+
+/// As [`serve`], with the listeners as `transport` says: over TLS when it
+/// has a [`crate::tls::ServerTls`] (its certificates reloaded when their
+/// files change, for as long as this runs).
+pub async fn serve_with(
+    service: Arc<RateLimitService>,
+    grpc: TcpListener,
+    http: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+    options: ShutdownOptions,
+    transport: Transport,
+) -> std::io::Result<()> {
+    let _reload = transport.tls.as_ref().map(|t| AbortOnDrop(t.watch()));
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_service_status(RLS_SERVICE_NAME, ServingStatus::Serving)
@@ -86,18 +122,40 @@ pub async fn serve(
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let grpc_server = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .add_service(health)
-        .add_service(RateLimitServiceServer::new(Grpc(service.clone())))
-        .serve_with_incoming_shutdown(
+        .add_service(
+            RateLimitServiceServer::new(Grpc(service.clone()))
+                .max_decoding_message_size(transport.max_message_bytes),
+        );
+    let grpc_task = match &transport.tls {
+        None => tokio::spawn(router.serve_with_incoming_shutdown(
             TcpIncoming::from(grpc).with_nodelay(Some(true)),
             stopped(stop_rx.clone()),
-        );
-    let grpc_task = tokio::spawn(grpc_server);
-    let http_server = axum::serve(http, crate::http::router(service.clone()))
-        .with_graceful_shutdown(stopped(stop_rx.clone()))
-        .into_future();
-    let http_task = tokio::spawn(http_server);
+        )),
+        Some(tls) => {
+            let rx = crate::tls::accept(grpc, Arc::clone(tls));
+            let incoming = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|conn| (conn, rx))
+            });
+            tokio::spawn(router.serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())))
+        }
+    };
+    let app = crate::http::router(service.clone()).layer(axum::extract::DefaultBodyLimit::max(
+        transport.max_message_bytes,
+    ));
+    let http_task = match &transport.tls {
+        None => tokio::spawn(
+            axum::serve(http, app)
+                .with_graceful_shutdown(stopped(stop_rx.clone()))
+                .into_future(),
+        ),
+        Some(tls) => tokio::spawn(
+            axum::serve(crate::tls::TlsListener::new(http, Arc::clone(tls))?, app)
+                .with_graceful_shutdown(stopped(stop_rx.clone()))
+                .into_future(),
+        ),
+    };
 
     shutdown.await;
     tracing::info!(
@@ -133,6 +191,15 @@ pub async fn serve(
             tracing::warn!(grace = ?options.grace, "requests still in flight after the grace period: stopping anyway");
             Ok(())
         }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -324,6 +324,7 @@ impl RateLimitService {
     }
 
     async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
+        crate::limits::check(request).map_err(ServiceError::Invalid)?;
         if request.domain.is_empty() {
             return Err(ServiceError::Invalid(InvalidRequest(
                 "rate limit domain must not be empty".into(),

@@ -116,6 +116,8 @@ enum Mode {
         nodes: Mutex<Vec<ServerProcess>>,
         /// For a proxied cluster: each node's proxy, by the node's port.
         proxies: HashMap<u16, Proxy>,
+        /// Whether the nodes serve TLS only.
+        tls: bool,
     },
     External {
         urls: Vec<String>,
@@ -182,7 +184,37 @@ impl RedisCluster {
     /// how to get them), or the cluster does not become healthy within
     /// [`READY_TIMEOUT`].
     pub fn start_local() -> Self {
-        Self::start_local_with(false)
+        Self::start_local_with(false, false)
+    }
+
+    /// A new local cluster whose nodes serve **TLS only**, require a
+    /// client certificate of the test CA, and talk to each other (the
+    /// cluster bus, replication) over TLS
+    /// ([`crate::server_process::ServerOptions::tls`],
+    /// `--tls-cluster yes`): [`RedisCluster::urls`] are `rediss://` URLs;
+    /// the fixture's own connections and `redis-cli --cluster create` use
+    /// the test CA and client certificate
+    /// ([`crate::tls::TestCerts::shared`]).
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisCluster::start_local`].
+    pub fn start_local_tls() -> Self {
+        Self::start_local_with(false, true)
+    }
+
+    /// Creates an ACL user with a random name and password and the rule
+    /// `rule` on **every node** (a cluster keeps ACL users per node).
+    ///
+    /// # Panics
+    ///
+    /// When a node refuses it.
+    pub fn acl_user(&self, rule: &str) -> crate::acl::AclUser {
+        let user = crate::acl::AclUser::random();
+        for port in self.live_ports() {
+            user.create(&mut self.connection(port), rule);
+        }
+        user
     }
 
     /// A new local cluster whose every node has a [`Proxy`] in front of it
@@ -210,13 +242,16 @@ impl RedisCluster {
     ///
     /// As [`RedisCluster::start_local`].
     pub fn start_local_proxied() -> Self {
-        Self::start_local_with(true)
+        Self::start_local_with(true, false)
     }
 
-    fn start_local_with(proxied: bool) -> Self {
+    fn start_local_with(proxied: bool, tls: bool) -> Self {
         let dir = std::env::temp_dir().join(format!("rl-cluster-{:016x}", rand::random::<u64>()));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
-        let options = node_options(&dir);
+        let mut options = node_options(&dir);
+        if tls {
+            options = options.tls().args(["--tls-cluster", "yes"]);
+        }
         let mut nodes = Vec::new();
         let mut proxies = HashMap::new();
         let mut last = String::new();
@@ -254,6 +289,7 @@ impl RedisCluster {
                 dir,
                 nodes: Mutex::new(nodes),
                 proxies,
+                tls,
             },
             prefix: fresh_prefix(),
         };
@@ -329,7 +365,22 @@ impl RedisCluster {
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
+        let mut tls_args: Vec<String> = Vec::new();
+        if self.is_tls() {
+            let certs = crate::tls::TestCerts::shared();
+            let path = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+            tls_args = vec![
+                "--tls".to_owned(),
+                "--cacert".to_owned(),
+                path(certs.ca()),
+                "--cert".to_owned(),
+                path(certs.client_cert()),
+                "--key".to_owned(),
+                path(certs.client_key()),
+            ];
+        }
         let out = Command::new("redis-cli")
+            .args(&tls_args)
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
@@ -348,6 +399,19 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// Whether the nodes serve TLS only ([`RedisCluster::start_local_tls`]).
+    pub fn is_tls(&self) -> bool {
+        matches!(self.mode, Mode::Local { tls: true, .. })
+    }
+
+    fn node_url(&self, port: u16) -> String {
+        if self.is_tls() {
+            format!("rediss://127.0.0.1:{port}/")
+        } else {
+            port_url(port)
+        }
     }
 
     /// Whether this fixture spawned the nodes (as opposed to using
@@ -380,7 +444,7 @@ impl RedisCluster {
                 .into_iter()
                 .map(|port| self.proxy(port).url())
                 .collect(),
-            Mode::Local { .. } => self.ports().into_iter().map(port_url).collect(),
+            Mode::Local { .. } => self.ports().into_iter().map(|p| self.node_url(p)).collect(),
             Mode::External { urls } => urls.clone(),
         }
     }
@@ -398,7 +462,7 @@ impl RedisCluster {
 
     fn url_of(&self, port: u16) -> String {
         match &self.mode {
-            Mode::Local { .. } => port_url(port),
+            Mode::Local { .. } => self.node_url(port),
             Mode::External { urls } => urls
                 .iter()
                 .find(|u| url_port(u) == port)

@@ -21,6 +21,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::acl::AclUser;
 use crate::server_process::{HOW_TO_GET_REDIS, ServerOptions, ServerProcess, connect, ping};
 
 /// The environment variable that points the suites at an external server.
@@ -83,6 +84,49 @@ impl RedisServer {
             mode: Mode::Local(ServerProcess::start(&local_options())),
             prefix: fresh_prefix(),
         }
+    }
+
+    /// A new local `redis-server` that serves **TLS only** and requires
+    /// a client certificate ([`ServerOptions::tls`]): its URL is
+    /// `rediss://127.0.0.1:<port>/`; the test CA and client certificate
+    /// are [`crate::tls::TestCerts::shared`].
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisServer::start_local`], and when this `redis-server` is
+    /// built without TLS.
+    pub fn start_tls() -> Self {
+        Self {
+            mode: Mode::Local(ServerProcess::start(&local_options().tls())),
+            prefix: fresh_prefix(),
+        }
+    }
+
+    /// A new local `redis-server` started with `options` (plus the
+    /// fixture's fixed arguments).
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisServer::start_local`].
+    pub fn start_with(options: &ServerOptions) -> Self {
+        Self {
+            mode: Mode::Local(ServerProcess::start(
+                &options.clone().or_else_hint(EXTERNAL_HINT),
+            )),
+            prefix: fresh_prefix(),
+        }
+    }
+
+    /// Creates an ACL user with a random name and password and the rule
+    /// `rule` (see [`AclUser::create`]) on this server.
+    ///
+    /// # Panics
+    ///
+    /// When the server refuses it.
+    pub fn acl_user(&self, rule: &str) -> AclUser {
+        let user = AclUser::random();
+        user.create(&mut self.connection(), rule);
+        user
     }
 
     /// Whether this fixture spawned the server (as opposed to using
@@ -149,7 +193,7 @@ impl RedisServer {
 
     /// A redis-rs client for the server (for inspecting keys in tests).
     pub fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).expect("valid redis URL")
+        crate::tls::client(&self.url())
     }
 
     /// A synchronous connection with 5 s timeouts, for test assertions.

@@ -55,6 +55,7 @@ pub struct ServerOptions {
     dir: Option<PathBuf>,
     bus_port: bool,
     alternative: Option<String>,
+    tls: bool,
 }
 
 impl ServerOptions {
@@ -86,6 +87,29 @@ impl ServerOptions {
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());
         self
+    }
+
+    /// Serves TLS only, with the shared test certificates
+    /// ([`crate::tls::TestCerts::shared`]): `--port 0 --tls-port <port>`,
+    /// the server certificate, the test CA, and `--tls-auth-clients yes`
+    /// (a client certificate of the test CA is required). Replication
+    /// and the cluster bus go over TLS too (`--tls-replication yes`,
+    /// `--tls-cluster yes`). The fixture's own connections use the test
+    /// CA and client certificate.
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
+    /// Whether the server serves TLS only ([`ServerOptions::tls`]).
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The URL of a server of these options on `port`.
+    pub fn url_for(&self, port: u16) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{port}/")
     }
 
     /// Chooses a port whose cluster bus port (port + 10000) is free too.
@@ -124,6 +148,26 @@ impl ServerOptions {
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
+        if self.tls {
+            let certs = crate::tls::TestCerts::shared();
+            let path = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+            line.extend([
+                "--port".to_owned(),
+                "0".to_owned(),
+                "--tls-port".to_owned(),
+                port.clone(),
+                "--tls-cert-file".to_owned(),
+                path(certs.server_cert()),
+                "--tls-key-file".to_owned(),
+                path(certs.server_key()),
+                "--tls-ca-cert-file".to_owned(),
+                path(certs.ca()),
+                "--tls-auth-clients".to_owned(),
+                "yes".to_owned(),
+                "--tls-replication".to_owned(),
+                "yes".to_owned(),
+            ]);
+        }
         line.extend(self.args.iter().map(|a| a.replace("{port}", &port)));
         line
     }
@@ -209,9 +253,22 @@ impl ServerProcess {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
-    /// The server's URL, `redis://127.0.0.1:<port>/`.
+    /// The server's URL, `redis://127.0.0.1:<port>/` (`rediss://` for a
+    /// TLS server).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        self.options.url_for(self.port)
+    }
+
+    /// Whether the server serves TLS only.
+    pub fn is_tls(&self) -> bool {
+        self.options.tls
+    }
+
+    /// A synchronous connection with `timeout` for connecting, reading and
+    /// writing (over TLS with the test CA and client certificate for a TLS
+    /// server).
+    pub fn connection(&self, timeout: Duration) -> Result<redis::Connection, String> {
+        connect(&self.url(), timeout)
     }
 
     /// Whether the process runs (it was not killed; a paused one runs).
@@ -336,7 +393,7 @@ fn spawn(port: u16, options: &ServerOptions) -> Result<Child, String> {
             }
             format!("spawning redis-server: {e}")
         })?;
-    let url = format!("redis://127.0.0.1:{port}/");
+    let url = options.url_for(port);
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -389,7 +446,7 @@ fn served_by(url: &str, timeout: Duration) -> Result<u32, String> {
 /// A synchronous connection to `url` with `timeout` for connecting, reading
 /// and writing.
 pub(crate) fn connect(url: &str, timeout: Duration) -> Result<redis::Connection, String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let client = crate::tls::client(url);
     let conn = client
         .get_connection_with_timeout(timeout)
         .map_err(|e| e.to_string())?;
