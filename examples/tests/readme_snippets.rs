@@ -5,6 +5,13 @@
 //! (`cargo add --path "$CHECKOUT/ratelimit" ...`, the crates are not on
 //! crates.io yet), and `$CHECKOUT` is this workspace.
 //!
+//! An example that talks to Redis (marked `no_run` for rustdoc, which has
+//! no server) reads its servers' URLs from `REDIS_URL` and
+//! `REDIS_CLUSTER_URL`, with the usual local addresses as defaults: this
+//! test runs it with those set to a `redis-server` and a Redis Cluster it
+//! starts, fresh, and checks that it prints exactly the `text` block that
+//! follows it in its section (the README's "it prints").
+//!
 //! The examples are also checked for what a reader copying them would trip
 //! on: hidden rustdoc lines (`# ...`, shown as text on GitHub), no `main`,
 //! no `cargo add` lines.
@@ -18,6 +25,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use ratelimit_testkit::redis_cluster::RedisCluster;
+use ratelimit_testkit::redis_server::RedisServer;
 
 /// The READMEs whose examples are checked.
 const READMES: [&str; 3] = [
@@ -89,6 +99,10 @@ struct Example {
     code: String,
     adds: Vec<Vec<String>>,
     run: bool,
+    /// It talks to Redis: run it against real servers (see the module docs).
+    redis: bool,
+    /// What it prints, when its README says so.
+    prints: Option<String>,
 }
 
 /// The examples of one README, or what is wrong with them.
@@ -156,11 +170,24 @@ fn examples(readme: &str) -> Result<Vec<Example>, Vec<String>> {
             ));
             continue;
         }
+        let redis = code.contains("REDIS_URL");
+        let prints = blocks
+            .get(i + 1)
+            .filter(|b| b.info == "text" && b.section == block.section)
+            .map(|b| b.code.join("\n") + "\n");
+        if redis && prints.is_none() {
+            problems.push(format!(
+                "{name}: talks to Redis but its README shows no `text` block of what it prints \
+                 right after it"
+            ));
+        }
         found.push(Example {
             name,
             code,
             adds,
             run: !block.info.split(',').any(|a| a.trim() == "no_run"),
+            redis,
+            prints,
         });
     }
     if problems.is_empty() {
@@ -213,7 +240,7 @@ fn shown(args: &[String]) -> String {
 
 /// Builds (and runs) one example in a new project under `dir`; on failure,
 /// what to tell the reader.
-fn build(example: &Example, dir: &Path, target: &Path) -> Result<(), String> {
+fn build(example: &Example, dir: &Path, target: &Path, servers: &Servers) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir.join("src")).unwrap();
     std::fs::write(
@@ -245,6 +272,44 @@ fn build(example: &Example, dir: &Path, target: &Path) -> Result<(), String> {
             ));
         }
     }
+    if example.redis {
+        let out = offline_first(
+            &["build".to_owned(), "--quiet".to_owned()],
+            dir,
+            Some(target),
+        );
+        if !out.status.success() {
+            return Err(format!(
+                "it does not build in a new project made with\n    {}\n{}",
+                steps.join("\n    "),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let (single, cluster) = servers.fresh();
+        let out = cargo()
+            .args(["run", "--quiet", "--offline"])
+            .current_dir(dir)
+            .env("CARGO_TARGET_DIR", target)
+            .env("REDIS_URL", &single)
+            .env("REDIS_CLUSTER_URL", &cluster)
+            .output()
+            .expect("run cargo");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!(
+                "it fails against a redis-server ({single}) and a cluster ({cluster}) started \
+                 for it:\n{stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        return match &example.prints {
+            Some(expected) if *expected != stdout => Err(format!(
+                "against a fresh redis-server and cluster it prints\n{stdout}\nwhere its README \
+                 says\n{expected}"
+            )),
+            _ => Ok(()),
+        };
+    }
     let verb = if example.run { "run" } else { "build" };
     let out = offline_first(&[verb.to_owned(), "--quiet".to_owned()], dir, Some(target));
     if out.status.success() {
@@ -260,6 +325,24 @@ fn build(example: &Example, dir: &Path, target: &Path) -> Result<(), String> {
         "it does not {verb} in a new project made with\n    {}\n{stderr}{hint}",
         steps.join("\n    ")
     ))
+}
+
+/// The servers the examples that talk to Redis run against: a fresh
+/// `redis-server` and a fresh Redis Cluster for each example, started
+/// when one asks (and stopped with this value).
+#[derive(Default)]
+struct Servers {
+    started: std::sync::Mutex<Vec<(RedisServer, RedisCluster)>>,
+}
+
+impl Servers {
+    /// A fresh single node's URL and a fresh cluster's seed URL.
+    fn fresh(&self) -> (String, String) {
+        let (single, cluster) = (RedisServer::start_local(), RedisCluster::start_local());
+        let urls = (single.url(), cluster.urls()[0].clone());
+        self.started.lock().unwrap().push((single, cluster));
+        urls
+    }
 }
 
 #[test]
@@ -282,9 +365,10 @@ fn every_readme_example_builds_in_a_new_project_with_the_features_it_names() {
     );
     let root = std::env::temp_dir().join(format!("ratelimit-readme-{}", std::process::id()));
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-examples");
+    let servers = Servers::default();
     for (i, example) in all.iter().enumerate() {
         eprintln!("building {}", example.name);
-        if let Err(e) = build(example, &root.join(i.to_string()), &target) {
+        if let Err(e) = build(example, &root.join(i.to_string()), &target, &servers) {
             failures.push(format!("{}: {e}", example.name));
         }
     }

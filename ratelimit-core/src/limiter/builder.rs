@@ -101,26 +101,29 @@ impl LimiterBuilder {
     }
 
     /// What to answer when the store cannot decide (an error, a timeout,
-    /// an open breaker) and no fallback store can either. **Choosing it is
-    /// a decision**: [`FailurePolicy::FailOpen`] admits uncounted calls
-    /// while the store is down. Without a fallback store
-    /// ([`LimiterBuilder::instances`]) a limiter over a store that can be
-    /// unavailable must be given one or the other: [`LimiterBuilder::build`]
-    /// refuses to guess. With a fallback store, it decides only what the
-    /// fallback cannot (default: deny).
+    /// an open breaker) and neither the caller's lease nor the fallback
+    /// store can (see [`Limiter`]'s docs, "Degraded answers"): a caller
+    /// without a lease while the store is busy, or while it is unavailable
+    /// with no fallback store. **Choosing it is a decision**:
+    /// [`FailurePolicy::FailOpen`] admits uncounted calls. Without a
+    /// fallback store ([`LimiterBuilder::instances`]) a limiter over a
+    /// store that can be unavailable must be given one or the other:
+    /// [`LimiterBuilder::build`] refuses to guess. With a fallback store,
+    /// it defaults to deny.
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
         self.policy = Some(policy);
         self
     }
 
-    /// The degraded mode by default: while the shared store is unavailable
-    /// (an error, a timeout, an open breaker), decide in process, on the
-    /// limiter's own [`super::FallbackStore`], under each quota divided by
-    /// `instances`, the number of application instances sharing the quota:
-    /// together they then admit about what the shared store would, and
-    /// never more than the quota times the instances. Decisions say
-    /// [`crate::Source::Fallback`] and their headers give the divided
-    /// numbers. Give the number once, where the limiter is built.
+    /// The number of application instances sharing the quotas, and the
+    /// degraded mode by default: while the shared store is unavailable (a
+    /// node that refuses connections, an open breaker), a caller without a
+    /// lease is decided in process, on the limiter's own
+    /// [`super::FallbackStore`], under each quota divided by `instances`
+    /// (decisions say [`crate::Source::Fallback`] and their headers give
+    /// the divided numbers); and every lease is the store's remaining
+    /// divided by `instances`. See [`Limiter`]'s docs, "Degraded answers".
+    /// Give the number once, where the limiter is built; zero is refused.
     pub fn instances(mut self, instances: u32) -> Self {
         self.instances = Some(instances);
         self
@@ -153,8 +156,8 @@ impl LimiterBuilder {
     /// admitted at most its `remaining` (divided by
     /// [`LimiterBuilder::instances`]) times, and an exhausted caller denied
     /// until its reset. Beyond the limit, leases admit at most what the
-    /// store itself admitted after the oldest lease in use was granted
-    /// (the bound is derived in the limiter's docs, "Degraded answers").
+    /// store itself admitted after the first lease in use was granted (the
+    /// bound is stated in [`Limiter`]'s docs, "Degraded answers").
     /// Callers the store never answered (or whose lease has reset) are
     /// decided by the fallback store when the store is unavailable, by the
     /// failure policy when it is busy. Zero is refused by

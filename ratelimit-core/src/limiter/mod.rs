@@ -81,11 +81,54 @@ pub enum FailurePolicy {
 /// several quotas, one request with a charge per quota, decided **all or
 /// nothing**: admitted only if every quota admits it, and a denied call is
 /// counted in no quota. A store error, panic or timeout never reaches the
-/// caller: it becomes a [`Decision`] from the fallback store (if
-/// configured) or the [`FailurePolicy`], is counted in [`Limiter::stats`],
-/// recorded in metrics (feature `metrics`) and logged through `tracing` (at
-/// most one warning a second). After repeated failures the circuit breaker
-/// stops calling the store for a cool-down.
+/// caller: it becomes a degraded [`Decision`] (see below), is counted in
+/// [`Limiter::stats`], recorded in metrics (feature `metrics`) and logged
+/// through `tracing` (at most one warning a second in the process, with
+/// the count of those not logged). After repeated failures the circuit
+/// breaker stops calling the store for a cool-down. Build it once and keep
+/// it (it is cheap to clone): its leases, breaker and counters live as
+/// long as it does.
+///
+/// # Degraded answers
+///
+/// The caller's timeout ([`LimiterBuilder::timeout`]) is the only patience:
+/// it travels with the request as its deadline, the shipped stores wait for
+/// a reply until then and no longer, and a request carried out after it
+/// counts nothing. When the store cannot answer in time, the call is
+/// decided, in this order:
+///
+/// 1. **From the caller's lease** ([`Source::Lease`](crate::Source::Lease)),
+///    when the store answered this caller under this quota before the
+///    caller's state resets (its window ends, its bucket is full): the
+///    store's `remaining` then, divided by the instances sharing the quota
+///    ([`LimiterBuilder::instances`]), is all the lease admits until the
+///    store answers again, and what it admitted stays spent until that
+///    reset; an exhausted caller is denied until its reset.
+/// 2. Else, when the store is **unavailable** (a breaker open, a node that
+///    refuses connections): by the fallback store, in process, at each
+///    limit ÷ the instances ([`Source::Fallback`](crate::Source::Fallback)).
+/// 3. Else (the store is **busy**: a timeout, a request shed by its
+///    admission, [`StoreError::is_busy`](crate::StoreError::is_busy)), or
+///    without a fallback store: by the [`FailurePolicy`] (fail-closed unless
+///    chosen otherwise).
+///
+/// **The bound.** For one caller and quota of limit `L`, within one window
+/// (one lease's life), the leases of `N` instances admit, beyond what the
+/// store admitted, at most what the store admitted after the first lease
+/// in use was granted, and never more than `N × ⌊(L - 1) / N⌋` (derived in
+/// the lease module: every share is at most the store's remaining when its
+/// first answer of the window came, divided by `N`, and what a lease spends
+/// stays spent). One instance (or sticky routing), or instances whose
+/// store fails for all of them at once, admit nothing beyond `L` from
+/// leases; what can pass the limit comes from one instance failing while
+/// another keeps spending through the store. The fallback adds its own
+/// `L ÷ N` per instance, and only while the store is unavailable; the
+/// failure policy admits nothing unless it is fail-open. Degraded answers
+/// never count budget the store did not state: a token bucket's refill and
+/// a sliding window's decay while degraded are not counted, so a degraded
+/// instance may deny what the store would admit, never the reverse.
+/// `ratelimit-testkit`'s lease check holds every store to these rules and
+/// this bound.
 ///
 /// ```
 /// # #[cfg(feature = "tokio")]

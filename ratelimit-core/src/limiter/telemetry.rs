@@ -3,10 +3,10 @@
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
-//! | `ratelimit_decisions_total` | counter | `namespace`, `policy` (the binding quota), `outcome` (`allowed`/`denied`), `source` (`store`, `fail_open`, `fail_closed`, `fallback`, `cache`, `shadow`) |
+//! | `ratelimit_decisions_total` | counter | `namespace`, `policy` (the binding quota), `outcome` (`allowed`/`denied`), `source` (`store`, `fail_open`, `fail_closed`, `fallback`, `cache`, `shadow`, `lease`) |
 //! | `ratelimit_policy_decisions_total` | counter | `namespace`, `policy` (every quota checked, shadow quotas included), `outcome` (that quota's own answer), `source` |
 //! | `ratelimit_store_duration_seconds` | histogram | `namespace` |
-//! | `ratelimit_store_failures_total` | counter | `namespace`, `kind` (`error`, `timeout`, `late`, `panic`) |
+//! | `ratelimit_store_failures_total` | counter | `namespace`, `kind` (`error`, `timeout`, `late`, `panic`, `shed`: refused at once by a busy store's admission) |
 //! | `ratelimit_breaker_open` | gauge (0/1) | `namespace` |
 //! | `ratelimit_breaker_short_circuits_total` | counter | `namespace` |
 //! | `ratelimit_deny_cache_hits_total` | counter | `namespace`, `policy` |
@@ -115,7 +115,7 @@ fn describe() {
         );
         describe_counter!(
             "ratelimit_store_failures_total",
-            "Rate-limit store calls that failed, by kind (error, timeout, late, panic)"
+            "Rate-limit store calls that failed, by kind (error, timeout, late, panic, shed)"
         );
         describe_gauge!(
             "ratelimit_breaker_open",
