@@ -92,6 +92,16 @@ cargo run -q --release -p ratelimit-benches --features fred --bin under_faults -
 # A dead Redis and its restart, both clients (starts its own redis-server).
 cargo run -q --release -p ratelimit-benches --features fred --bin dead_redis -- --runs 5 | tee "$OUT/dead_redis.md"
 
+# Overload: the store's capacity, arrivals at multiples of it (open loop)
+# and 256 / 4,096 callers (closed loop), with both clients, on a quiet host
+# and beside two spinning processes; then two service instances taking
+# bursts beside one spinning process per CPU.
+cargo run -q --release -p ratelimit-benches --features fred --bin overload -- \
+    --runs "$RUNS" | tee "$OUT/overload.md"
+cargo run -q --release -p ratelimit-benches --features fred --bin overload -- \
+    --runs "$RUNS" --busy 2 | tee "$OUT/overload_busy.md"
+cargo bench -p ratelimit-server --bench bursts | tee "$OUT/bursts.md"
+
 # The production controls: the deny cache in a retry storm and acquire
 # across two processes, on a redis-server of their own.
 redis-server --port 6399 --bind 127.0.0.1 --save "" --appendonly no --daemonize yes
@@ -101,6 +111,9 @@ redis-cli -p 6399 shutdown nosave || true
 
 # The service against throttlecrab-server under the same gRPC load.
 cargo bench -p ratelimit-server --bench loadgen -- --duration 5 --rounds "$RUNS" | tee "$OUT/server.md"
+
+# TLS against plain text: the handshake and a decision's cost.
+cargo run -q --release -p ratelimit-benches --bin tls_cost -- --runs 5 --seconds 3 | tee "$OUT/tls_cost.md"
 
 echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.md"
 cargo run -q --release -p ratelimit-benches --bin bench_page -- --results "$OUT"

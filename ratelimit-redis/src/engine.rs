@@ -398,16 +398,19 @@ impl Engine {
         deadline: Instant,
     ) -> Result<Decisions, StoreError> {
         let now_at = self.now()?;
-        let mut req = if transport.any_slot() {
-            scripts::Request::on_one_node(&self.prefix, request.key, request.charges, now_at)
+        // On a cluster the request's keys name its node; a single node's is
+        // known at once, and a request its admission refuses is never built.
+        let mut built = None;
+        let slot = if transport.any_slot() {
+            0
         } else {
-            scripts::Request::new(&self.prefix, request.key, request.charges, now_at)
+            let req = scripts::Request::new(&self.prefix, request.key, request.charges, now_at);
+            let slot = req.slot();
+            built = Some(req);
+            slot
         };
-        if self.batch_only {
-            req = req.through_batch();
-        }
         let shared = &self.shared;
-        let domain = shared.domains.get(&transport.domain(req.slot()));
+        let domain = shared.domains.get(&transport.domain(slot));
         let now = shared.domains.micros(start);
         if let Some(stalls) = domain.confirm_stall(now) {
             opened(
@@ -441,6 +444,12 @@ impl Engine {
                 ),
                 true,
             ));
+        }
+        let mut req = built.unwrap_or_else(|| {
+            scripts::Request::on_one_node(&self.prefix, request.key, request.charges, now_at)
+        });
+        if self.batch_only {
+            req = req.through_batch();
         }
         if permit.is_probe() || self.max_batch == 1 || domain.queue().try_lead() {
             // Alone: a probe, or the node has nothing in flight.

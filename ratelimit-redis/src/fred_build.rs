@@ -2,6 +2,7 @@
 //! `fred`): [`crate::RedisStoreBuilder::build_fred`], and the fred
 //! configuration the cluster store's builder shares ([`config`]).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::clients::Client;
@@ -159,12 +160,106 @@ pub async fn command(
     }
 }
 
+/// The primary of a master name, for a store over fred: found and
+/// followed across promotions by the store's own Sentinel watcher
+/// ([`crate::sentinel`]: it asks the sentinels and the replicas they know,
+/// every 10 ms while it has none that answers), with one centralized fred
+/// client to it, replaced when the watcher names another node. fred's own
+/// Sentinel client learns of a promotion only from the sentinels, which
+/// may take up to a second after the replica answers as a primary.
+pub(crate) struct FredPrimary {
+    primary: Arc<crate::sentinel::Primary>,
+    security: Security,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+    current: std::sync::Mutex<Option<(Arc<str>, Client)>>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl FredPrimary {
+    /// The primary now (`host:port`): the calls' failure domain.
+    pub(crate) fn node(&self) -> Arc<str> {
+        self.primary.node()
+    }
+
+    /// A call failed with `err`: the watcher looks for the primary when a
+    /// failover explains it.
+    pub(crate) fn failed(&self, err: &StoreError) {
+        self.primary.failed(err);
+    }
+
+    fn cached(&self, node: &str) -> Option<Client> {
+        let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        match &*current {
+            Some((n, c)) if **n == *node => Some(c.clone()),
+            _ => None,
+        }
+    }
+
+    /// The fred client to the primary now, connected first when the
+    /// primary moved (the old client is closed in the background).
+    pub(crate) async fn client(&self) -> Result<Client, StoreError> {
+        let node = self.primary.node();
+        if let Some(c) = self.cached(&node) {
+            return Ok(c);
+        }
+        let _one = self.connecting.lock().await;
+        let node = self.primary.node();
+        if let Some(c) = self.cached(&node) {
+            return Ok(c);
+        }
+        let scheme = if self.primary.tls() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        let (client, _, _) = config(
+            &[format!("{scheme}://{node}/")],
+            Topology::Centralized,
+            "",
+            &self.security,
+            self.connection_timeout,
+            self.response_timeout,
+        )?;
+        let wait = self.connection_timeout * 4 + self.response_timeout;
+        match tokio::time::timeout(wait, client.init()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                return Err(StoreError::backend(
+                    format!("cannot reach {node}: {e}"),
+                    true,
+                    e,
+                ));
+            }
+            Err(_) => {
+                let _ = client.quit().await;
+                return Err(StoreError::message(
+                    format!("cannot reach {node}: no connection within {wait:?}"),
+                    true,
+                ));
+            }
+        }
+        let old = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace((node, client.clone()));
+        if let Some((_, old)) = old {
+            tokio::spawn(async move {
+                let _ = old.quit().await;
+            });
+        }
+        Ok(client)
+    }
+}
+
 impl RedisStoreBuilder {
     /// Connects with a fred client instead of redis-rs (feature `fred`)
     /// and builds the store: the same URL (or sentinels), credentials, TLS
     /// files, prefix, timeouts and checks at start as [`Self::build`]. A
-    /// store over Sentinel uses fred's own Sentinel client, which follows
-    /// a promotion when the sentinels announce it (see the crate README).
+    /// store over Sentinel finds and follows the primary itself, as the
+    /// redis-rs store does (see [`FredPrimary`]), and sends its calls over
+    /// one centralized fred client to it.
     pub async fn build_fred(self) -> Result<RedisStore, StoreError> {
         let options = &self.options;
         // Each call is bounded by its caller's deadline and the store's
@@ -172,6 +267,9 @@ impl RedisStoreBuilder {
         // commands below.
         let engine =
             options.engine(options.connection_timeout + 3 * options.response_timeout, 1)?;
+        if let Some(sentinel) = &self.sentinel {
+            return self.build_fred_sentinel(sentinel.clone(), engine).await;
+        }
         let (urls, topology, master, node) = match &self.sentinel {
             Some(s) => (
                 s.sentinels.clone(),
@@ -250,6 +348,79 @@ impl RedisStoreBuilder {
             );
         }
         Ok(RedisStore::assemble(Backend::Fred(client), &node, engine))
+    }
+}
+
+impl RedisStoreBuilder {
+    /// [`Self::build_fred`] over Sentinel: the store's own watcher finds
+    /// the primary (see [`FredPrimary`]).
+    async fn build_fred_sentinel(
+        &self,
+        sentinel: crate::sentinel::SentinelConfig,
+        engine: crate::engine::Engine,
+    ) -> Result<RedisStore, StoreError> {
+        let options = &self.options;
+        let watch = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(options.connection_timeout))
+            .set_min_delay(Duration::from_millis(25))
+            .set_max_delay(Duration::from_millis(100))
+            .set_number_of_retries(4);
+        let primary = crate::sentinel::Primary::connect(
+            &sentinel,
+            options.security.clone(),
+            options.connection_timeout,
+            options.response_timeout,
+            watch,
+        )
+        .await?;
+        let tls = primary.tls();
+        let fred = Arc::new(FredPrimary {
+            primary,
+            security: options.security.clone(),
+            connection_timeout: options.connection_timeout,
+            response_timeout: options.response_timeout,
+            current: std::sync::Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+        });
+        let node = format!("{} (Sentinel)", sentinel.master);
+        let user = options
+            .security
+            .username
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let checked = |e: StoreError| {
+            let e = crate::tls::explained(e, &node, tls);
+            let text = e.to_string();
+            if crate::acl::is_denied(&text) {
+                crate::acl::denied(&text, &user, &options.prefix, false)
+            } else {
+                e
+            }
+        };
+        let client = fred.client().await.map_err(checked)?;
+        let wait = options.response_timeout.max(Duration::from_millis(500));
+        setup(&client, &node, wait, &options.prefix)
+            .await
+            .map_err(checked)?;
+        if let Ok(Value::Array(t)) = command(&client, &node, wait, "TIME", vec![]).await {
+            let part = |i: usize| -> i64 {
+                t.get(i)
+                    .and_then(|v| v.as_string())
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0)
+            };
+            engine.server_clock().observe(
+                0,
+                part(0).saturating_mul(1_000_000).saturating_add(part(1)),
+                Instant::now(),
+            );
+        }
+        Ok(RedisStore::assemble(
+            Backend::FredSentinel(fred),
+            &node,
+            engine,
+        ))
     }
 }
 

@@ -32,6 +32,11 @@ pub(crate) enum Backend {
     /// redis-rs, to the primary the sentinels name, followed across
     /// promotions.
     Sentinel(Arc<crate::sentinel::Primary>),
+    /// fred, to the primary the sentinels name (found and followed by the
+    /// store itself, as for redis-rs): one centralized fred client to the
+    /// current primary, replaced when it moves.
+    #[cfg(feature = "fred")]
+    FredSentinel(Arc<crate::fred_build::FredPrimary>),
 }
 
 impl Backend {
@@ -60,6 +65,22 @@ impl Backend {
                     marked(call.script, reply)
                 })
             }
+            #[cfg(feature = "fred")]
+            Self::FredSentinel(primary) => {
+                let primary = Arc::clone(primary);
+                Box::pin(async move {
+                    let reply = match primary.client().await {
+                        Ok(client) => {
+                            crate::fred::eval(&client, call.script, &call.keys, &call.args).await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = &reply {
+                        primary.failed(e);
+                    }
+                    marked(call.script, reply)
+                })
+            }
         }
     }
 
@@ -69,6 +90,8 @@ impl Backend {
             Self::Sentinel(_) => "redis-rs through Sentinel",
             #[cfg(feature = "fred")]
             Self::Fred(_) => "fred",
+            #[cfg(feature = "fred")]
+            Self::FredSentinel(_) => "fred through Sentinel",
         }
     }
 }
@@ -145,6 +168,8 @@ impl Transport for Node {
             // The failure domain is the primary: after a promotion the new
             // one starts with a closed breaker of its own.
             Backend::Sentinel(primary) => primary.node(),
+            #[cfg(feature = "fred")]
+            Backend::FredSentinel(primary) => primary.node(),
             _ => Arc::clone(&self.name),
         }
     }
@@ -248,6 +273,8 @@ impl RedisStore {
     pub fn primary(&self) -> Option<String> {
         match &self.backend {
             Backend::Sentinel(p) => Some(p.node().to_string()),
+            #[cfg(feature = "fred")]
+            Backend::FredSentinel(p) => Some(p.node().to_string()),
             _ => None,
         }
     }
@@ -464,7 +491,12 @@ impl RedisStoreBuilder {
             Backend::Redis(manager) => manager.clone(),
             Backend::Sentinel(primary) => primary.manager(),
             #[cfg(feature = "fred")]
-            Backend::Fred(_) => unreachable!("built over redis-rs"),
+            Backend::Fred(_) | Backend::FredSentinel(_) => {
+                return Err(StoreError::message(
+                    "a store built over redis-rs made a fred backend (a bug)",
+                    false,
+                ));
+            }
         };
         let user = user.unwrap_or_else(|| "default".to_owned());
         let checked = |e: StoreError| {

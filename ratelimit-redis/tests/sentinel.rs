@@ -1,6 +1,7 @@
-//! A primary found through Redis Sentinel, failed over under load: the
-//! store answers again within 200 ms of the promotion (redis-rs) and no
-//! call is counted twice (both clients).
+//! A primary found through Redis Sentinel, failed over under load, with
+//! each client: the store decides again soon after the promotion (the
+//! time is printed; the test fails past `BACK_WITHIN`) and no call is
+//! counted twice.
 //!
 //! 16 callers decide on their own keys through a `Limiter` (fail-closed,
 //! 100 ms timeout); the load stops, the replica catches up (`WAIT`), the
@@ -176,24 +177,30 @@ async fn run(lib: Lib) -> Duration {
     recovered
 }
 
+/// How long after the promotion the store may take to decide again before
+/// the test fails: far above what it takes (tens of milliseconds, printed
+/// by the test; the figures in the crate README), so that a loaded machine
+/// does not fail it, and far below fred's own Sentinel client's (it waits
+/// for the sentinels, up to about a second).
+const BACK_WITHIN: Duration = Duration::from_millis(750);
+
 #[tokio::test(flavor = "multi_thread")]
-async fn redis_rs_answers_within_200ms_of_a_promotion_counting_nothing_twice() {
+async fn redis_rs_follows_a_promotion_counting_nothing_twice() {
     let recovered = run(Lib::RedisRs).await;
     assert!(
-        recovered <= Duration::from_millis(200),
+        recovered <= BACK_WITHIN,
         "redis-rs: back {recovered:?} after the promotion"
     );
 }
 
-/// fred's own Sentinel client asks the sentinels, which name the new
-/// primary only once they have read its `INFO` after the promotion (up to
-/// about a second later): bounded here by 2 s; counted once all the same.
+/// fred: the store's own watcher finds the new primary, as for redis-rs,
+/// and the calls go over a fred client to it.
 #[cfg(feature = "fred")]
 #[tokio::test(flavor = "multi_thread")]
 async fn fred_follows_a_promotion_counting_nothing_twice() {
     let recovered = run(Lib::Fred).await;
     assert!(
-        recovered <= Duration::from_secs(2),
+        recovered <= BACK_WITHIN,
         "fred: back {recovered:?} after the promotion"
     );
 }

@@ -326,10 +326,6 @@ async fn closed_loop(limiter: &Limiter, tasks: usize, seconds: f64) -> (f64, f64
                         store += 1;
                     }
                     i = (i + 1) % callers;
-                    // As a server's handler gives its turn up between one
-                    // request and the next: a caller answered at once
-                    // every time still lets the runtime's other tasks run.
-                    tokio::task::yield_now().await;
                 }
                 (store, all)
             })
@@ -553,32 +549,32 @@ async fn open_section(a: &Args, server: &RedisServer) {
         );
     }
     println!();
-    if a.runs > 1 {
-        println!("Medians over the runs:\n");
-        println!(
-            "| client | × μ | by the store | goodput / μ | p99 | store p99 | not by the store ≤ 1 ms |"
-        );
-        println!("|---|---:|---:|---:|---:|---:|---:|");
-        for lib in libs(a) {
-            for &m in &a.multiples {
-                let mine: Vec<&OpenRow> = rows
-                    .iter()
-                    .filter(|r| r.lib == lib && r.multiple == m)
-                    .collect();
-                let med = |f: &dyn Fn(&OpenRow) -> f64| median(mine.iter().map(|r| f(r)).collect());
-                println!(
-                    "| {} | {m} | {:.3} % | {:.3} | {:.2} ms | {:.2} ms | {:.1} % |",
-                    lib.name(),
-                    med(&|r| r.store_share),
-                    med(&|r| r.goodput / r.capacity),
-                    med(&|r| r.p99),
-                    med(&|r| r.store_p99),
-                    med(&|r| pct(r.quick, r.not_by_store)),
-                );
-            }
+    println!("#### Open loop, medians over {} run(s)\n", a.runs);
+    println!(
+        "| client | × μ | μ | by the store | goodput / μ | p99 | store p99 | not by the store answered ≤ 1 ms | tracked: most over the limit |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for lib in libs(a) {
+        for &m in &a.multiples {
+            let mine: Vec<&OpenRow> = rows
+                .iter()
+                .filter(|r| r.lib == lib && r.multiple == m)
+                .collect();
+            let med = |f: &dyn Fn(&OpenRow) -> f64| median(mine.iter().map(|r| f(r)).collect());
+            println!(
+                "| {} | {m} | {:.0} | {:.3} % | {:.3} | {:.2} ms | {:.2} ms | {:.1} % | {} |",
+                lib.name(),
+                med(&|r| r.capacity),
+                med(&|r| r.store_share),
+                med(&|r| r.goodput / r.capacity),
+                med(&|r| r.p99),
+                med(&|r| r.store_p99),
+                med(&|r| pct(r.quick, r.not_by_store)),
+                mine.iter().map(|r| r.worst_over).max().unwrap_or(0),
+            );
         }
-        println!();
     }
+    println!();
 }
 
 async fn closed_section(a: &Args, server: &RedisServer) {
@@ -616,6 +612,35 @@ async fn closed_section(a: &Args, server: &RedisServer) {
             lib.name(),
             rate / first
         );
+    }
+    println!();
+    println!("#### Closed loop, medians over {} run(s)\n", a.runs);
+    println!(
+        "| client | callers | store decisions/s | by the store | over the first count's rate |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for lib in libs(a) {
+        for &tasks in &a.closed {
+            let mine: Vec<&(Lib, usize, usize, f64, f64)> =
+                rows.iter().filter(|r| r.0 == lib && r.2 == tasks).collect();
+            let ratios: Vec<f64> = mine
+                .iter()
+                .map(|r| {
+                    let first = rows
+                        .iter()
+                        .find(|f| f.0 == lib && f.1 == r.1)
+                        .map_or(f64::NAN, |f| f.3);
+                    r.3 / first
+                })
+                .collect();
+            println!(
+                "| {} | {tasks} | {:.0} | {:.3} % | {:.3} |",
+                lib.name(),
+                median(mine.iter().map(|r| r.3).collect()),
+                median(mine.iter().map(|r| r.4).collect()),
+                median(ratios),
+            );
+        }
     }
     println!();
 }

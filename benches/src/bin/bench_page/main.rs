@@ -16,6 +16,7 @@
 //! Exit status: 0 written, 1 a result file could not be read (or there
 //! was none), 2 a wrong argument.
 
+mod load;
 mod markdown;
 mod page;
 mod picture;

@@ -34,35 +34,35 @@ pub(crate) struct Headline {
 
 /// The page, written section by section.
 #[derive(Debug, Default)]
-struct Page {
+pub(crate) struct Page {
     out: String,
 }
 
 impl Page {
     /// A line of text (or an empty line).
-    fn line(&mut self, text: &str) {
+    pub(crate) fn line(&mut self, text: &str) {
         self.out.push_str(text);
         self.out.push('\n');
     }
 
     /// A paragraph and the empty line after it.
-    fn para(&mut self, text: &str) {
+    pub(crate) fn para(&mut self, text: &str) {
         self.line(text);
         self.line("");
     }
 
     /// A level-2 heading.
-    fn h2(&mut self, text: &str) {
+    pub(crate) fn h2(&mut self, text: &str) {
         self.para(&format!("## {text}"));
     }
 
     /// A level-3 heading.
-    fn h3(&mut self, text: &str) {
+    pub(crate) fn h3(&mut self, text: &str) {
         self.para(&format!("### {text}"));
     }
 
     /// A table: the header, its alignment (`l` or `r` per column), rows.
-    fn table(&mut self, header: &[&str], align: &str, rows: &[Vec<String>]) {
+    pub(crate) fn table(&mut self, header: &[&str], align: &str, rows: &[Vec<String>]) {
         self.line(&format!("| {} |", header.join(" | ")));
         let sep: Vec<&str> = align
             .chars()
@@ -76,7 +76,7 @@ impl Page {
     }
 
     /// The line a section shows when its result file is missing.
-    fn missing(&mut self, file: &str) {
+    pub(crate) fn missing(&mut self, file: &str) {
         self.para(&format!(
             "Not measured in this run: `target/bench-results/{file}` is missing."
         ));
@@ -107,6 +107,10 @@ pub(crate) struct Figures {
     retry_storm: Option<Table>,
     workers: Option<Vec<String>>,
     server: Option<Table>,
+    overload: Option<crate::load::Overload>,
+    overload_busy: Option<crate::load::Overload>,
+    bursts: Option<crate::load::Bursts>,
+    tls_cost: Option<Table>,
 }
 
 impl Figures {
@@ -134,6 +138,10 @@ impl Figures {
             retry_storm: results::retry_storm(r),
             workers: results::workers(r),
             server: results::server(r),
+            overload: crate::load::overload(r, "overload.md"),
+            overload_busy: crate::load::overload(r, "overload_busy.md"),
+            bursts: crate::load::bursts(r),
+            tls_cost: crate::load::tls_cost(r),
         }
     }
 
@@ -313,8 +321,15 @@ impl Figures {
         self.in_process(&mut p);
         self.redis(&mut p);
         self.under_faults(&mut p);
+        crate::load::overload_section(
+            &mut p,
+            self.overload.as_ref(),
+            self.overload_busy.as_ref(),
+            self.bursts.as_ref(),
+        );
         self.controls(&mut p);
         self.service(&mut p);
+        crate::load::tls_section(&mut p, self.tls_cost.as_ref());
         let mut out = p.out;
         while out.ends_with("\n\n") {
             out.pop();

@@ -80,7 +80,11 @@ impl Results {
 
     /// Reads what `read` makes of the file `name`: `None` if it is missing
     /// or wrong (recorded either way).
-    fn with<T>(&mut self, name: &str, read: impl FnOnce(&Doc) -> Result<T, String>) -> Option<T> {
+    pub(crate) fn with<T>(
+        &mut self,
+        name: &str,
+        read: impl FnOnce(&Doc) -> Result<T, String>,
+    ) -> Option<T> {
         let doc = self.doc(name)?;
         match read(&doc) {
             Ok(v) => Some(v),

@@ -1,0 +1,174 @@
+//! The sections on overload (`overload`, the service's `bursts`) and on
+//! TLS (`tls_cost`): their readers and their text.
+
+use crate::markdown::{Table, plain};
+use crate::page::Page;
+use crate::results::Results;
+
+/// What `overload` printed: its open-loop and closed-loop medians.
+#[derive(Debug, Clone)]
+pub(crate) struct Overload {
+    /// The run's description line (`Machine: ...`).
+    pub(crate) machine: String,
+    /// The open loop's medians, as printed.
+    pub(crate) open: Table,
+    /// The closed loop's medians, as printed.
+    pub(crate) closed: Table,
+}
+
+/// `name` (`overload.md`, or `overload_busy.md` for the run beside busy
+/// processes).
+pub(crate) fn overload(r: &mut Results, name: &str) -> Option<Overload> {
+    r.with(name, |doc| {
+        let open = doc
+            .table(&["client", "× μ", "μ", "by the store", "goodput / μ"])?
+            .clone();
+        let closed = doc
+            .table(&[
+                "client",
+                "callers",
+                "store decisions/s",
+                "over the first count's rate",
+            ])?
+            .clone();
+        let machine = doc
+            .text
+            .lines()
+            .find(|l| l.starts_with("Machine: "))
+            .map(|l| l.trim_start_matches("Machine: ").to_owned())
+            .ok_or_else(|| format!("{}: no `Machine:` line", doc.name))?;
+        Ok(Overload {
+            machine,
+            open,
+            closed,
+        })
+    })
+}
+
+/// What the service's `bursts` bench printed: its rounds and its summary.
+#[derive(Debug, Clone)]
+pub(crate) struct Bursts {
+    /// The heading (the setting).
+    pub(crate) setting: String,
+    /// The rounds, as printed.
+    pub(crate) rounds: Table,
+    /// `Exactly 20 admitted in ...`.
+    pub(crate) summary: String,
+}
+
+/// `bursts.md`.
+pub(crate) fn bursts(r: &mut Results) -> Option<Bursts> {
+    r.with("bursts.md", |doc| {
+        let rounds = doc
+            .table(&["round", "admitted", "by the store", "from leases"])?
+            .clone();
+        let summary = doc
+            .text
+            .lines()
+            .find(|l| l.starts_with("Exactly "))
+            .ok_or_else(|| format!("{}: no `Exactly ...` summary line", doc.name))?
+            .to_owned();
+        let setting = rounds
+            .heading
+            .clone()
+            .ok_or_else(|| format!("{}: no heading above the table", doc.name))?;
+        Ok(Bursts {
+            setting,
+            rounds,
+            summary,
+        })
+    })
+}
+
+/// `tls_cost.md`: its table, as printed.
+pub(crate) fn tls_cost(r: &mut Results) -> Option<Table> {
+    r.with("tls_cost.md", |doc| {
+        Ok(doc
+            .table(&["measure", "plain text", "TLS", "TLS / plain"])?
+            .clone())
+    })
+}
+
+/// A table as printed, its first column left-aligned.
+fn as_printed(p: &mut Page, t: &Table) {
+    let header: Vec<&str> = t.header.iter().map(String::as_str).collect();
+    let align: String = (0..t.header.len())
+        .map(|i| if i == 0 { 'l' } else { 'r' })
+        .collect();
+    p.table(&header, &align, &t.rows);
+}
+
+/// The overload section.
+pub(crate) fn overload_section(
+    p: &mut Page,
+    quiet: Option<&Overload>,
+    busy: Option<&Overload>,
+    bursts: Option<&Bursts>,
+) {
+    p.h2("Under overload: arrival rates, thousands of callers, bursts");
+    p.para(OVERLOAD);
+    for (title, run, file) in [
+        ("No other load on the machine", quiet, "overload.md"),
+        (
+            "A busy host: two processes spinning beside it",
+            busy,
+            "overload_busy.md",
+        ),
+    ] {
+        p.h3(title);
+        match run {
+            Some(o) => {
+                p.para(&format!("{}.", o.machine));
+                as_printed(p, &o.open);
+                as_printed(p, &o.closed);
+            }
+            None => p.missing(file),
+        }
+    }
+    p.h3("Two service instances, bursts on a busy host");
+    p.para(BURSTS);
+    match bursts {
+        Some(b) => {
+            p.para(&format!("{}.", plain(&b.setting)));
+            as_printed(p, &b.rounds);
+            p.para(&b.summary);
+        }
+        None => p.missing("bursts.md"),
+    }
+}
+
+/// The TLS section.
+pub(crate) fn tls_section(p: &mut Page, table: Option<&Table>) {
+    p.h2("TLS: the handshake and the cost per decision");
+    p.para(TLS);
+    match table {
+        Some(t) => as_printed(p, t),
+        None => p.missing("tls_cost.md"),
+    }
+}
+
+/// The overload section's introduction.
+const OVERLOAD: &str = "`overload` (`benches/src/bin/overload.rs`) starts its own \
+`redis-server` and, per client, measures the store's capacity μ (1,024 callers calling \
+`Limiter::check` back to back, a quota every call passes), then offers Poisson arrivals at \
+multiples of μ for 3 s each, every arrival its own task, latency counted from its scheduled \
+instant; then 256 and 4,096 closed-loop callers. Limiters have the library's defaults (20 ms, \
+`.instances(2)`). `goodput / μ`: the store's decisions per second over its capacity; `not by \
+the store answered ≤ 1 ms`: of the decisions the store did not make, the share answered within \
+1 ms of the call (refused at once by the node's admission, decided from a lease); `tracked`: one \
+arrival in a hundred goes to 100 callers limited to 20 a day, whose every admission, whatever \
+decided it, is counted against the limit.";
+
+/// The bursts section's introduction.
+const BURSTS: &str = "`cargo bench -p ratelimit-server --bench bursts`: two release builds \
+of the service on one `redis-server` with the service's defaults (`--instances 2`, 20 ms \
+`--timeout`) beside one spinning process per CPU, ten rounds of 2,000 gRPC calls, 64 in flight \
+over both instances, on one descriptor limited to 20 a minute (a sliding log, exact in every \
+trailing minute), each round a caller of its own.";
+
+/// The TLS section's introduction.
+const TLS: &str = "`tls_cost` (`benches/src/bin/tls_cost.rs`) starts a plain-text \
+`redis-server` and one serving TLS only with client certificates required, and alternates \
+them: a new connection and its first `PING` with the store's client settings, 200 times; then \
+`Limiter::check` over `RedisStore` for 3 s with 1 caller and with 256. Medians of the rounds. \
+The handshake is paid when a store connects and reconnects, not per decision.";
