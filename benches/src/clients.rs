@@ -64,6 +64,22 @@ pub async fn redis_store(lib: Lib, server: &RedisServer) -> RedisStore {
     }
 }
 
+/// A store on `server` built by the library's builder (fred through
+/// `build_fred`) with its defaults but the key prefix, and its own I/O
+/// thread or not (`RedisStoreBuilder::io_thread`: `false` runs the store's
+/// calls on the application's runtime).
+pub async fn redis_store_io(lib: Lib, server: &RedisServer, io_thread: bool) -> RedisStore {
+    let builder = RedisStore::builder(server.url())
+        .prefix(server.prefix())
+        .io_thread(io_thread);
+    match lib {
+        Lib::RedisRs => builder.build().await,
+        #[cfg(feature = "fred")]
+        Lib::Fred => builder.build_fred().await,
+    }
+    .expect("connect to the fixture's redis-server")
+}
+
 /// A fred client for `url`, connected, whose commands and connection
 /// attempts each wait up to `wait` (the throughput benchmarks give it
 /// generous bounds; their subject is not the timeouts).

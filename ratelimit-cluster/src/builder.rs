@@ -104,7 +104,7 @@ impl ClusterStoreBuilder {
     /// store reconnects and follows topology changes by itself.
     pub async fn build(self) -> Result<ClusterStore, StoreError> {
         let options = &self.options;
-        let engine = options.engine(
+        let mut engine = options.engine(
             (options.connection_timeout + 4 * options.response_timeout)
                 .max(crate::DEFAULT_CALL_TIMEOUT),
             keys::SLOTS,
@@ -128,7 +128,7 @@ impl ClusterStoreBuilder {
             urls.join(", ")
         };
         let security = &options.security;
-        let nodes = Nodes::new(
+        let mut nodes = Nodes::new(
             &self.seeds.0,
             options.response_timeout,
             options.connection_timeout,
@@ -140,6 +140,15 @@ impl ClusterStoreBuilder {
                 false,
             )
         })?;
+        if options.io_thread {
+            // Every node's connection and batch calls on the store's own
+            // thread (`ratelimit_redis::io`).
+            let io = ratelimit_redis::io::IoThread::start("ratelimit-cluster-io").map_err(|e| {
+                StoreError::message(format!("cannot start the store's I/O thread: {e}"), false)
+            })?;
+            engine.set_io_thread(Some(Arc::clone(&io)));
+            nodes.set_io(io);
+        }
         let first = self.seeds.0.first().map(String::as_str).unwrap_or("");
         let tls = first.starts_with("rediss://");
         let user = security
@@ -308,7 +317,24 @@ impl ClusterStoreBuilder {
             let _ = client.quit().await;
             return Err(checked(e));
         }
-        let mut store = ClusterStore::from_fred(client).with_prefix(&options.prefix)?;
+        // With an I/O thread, every master's client and the batch calls run
+        // on it (`ratelimit_redis::io`).
+        let io = if options.io_thread {
+            Some(
+                ratelimit_redis::io::IoThread::start("ratelimit-cluster-io").map_err(|e| {
+                    StoreError::message(format!("cannot start the store's I/O thread: {e}"), false)
+                })?,
+            )
+        } else {
+            None
+        };
+        let mut engine =
+            ratelimit_redis::engine::Engine::new(crate::DEFAULT_CALL_TIMEOUT, keys::SLOTS);
+        engine.set_io_thread(io.clone());
+        let nodes = crate::fred::FredNodes::new(client).with_io(io);
+        let mut store =
+            ClusterStore::with_engine(crate::connection::Backend::Fred(Arc::new(nodes)), engine)
+                .with_prefix(&options.prefix)?;
         if let Some(timeout) = options.timeout {
             store = store.with_timeout(timeout);
         }

@@ -83,6 +83,9 @@ pub(crate) struct FredNodes {
     connection: ConnectionConfig,
     policy: Option<fred::types::config::ReconnectPolicy>,
     nodes: RwLock<HashMap<Arc<str>, Arc<FredNode>>>,
+    /// The store's own I/O thread, when it has one
+    /// (`ratelimit_redis::io`): every node's client runs there.
+    io: Option<Arc<ratelimit_redis::io::IoThread>>,
 }
 
 impl std::fmt::Debug for FredNodes {
@@ -126,7 +129,15 @@ impl FredNodes {
             connection,
             policy,
             nodes: RwLock::default(),
+            io: None,
         }
+    }
+
+    /// Opens and runs every node's client on `io`, the store's own I/O
+    /// thread (`ratelimit_redis::io`).
+    pub(crate) fn with_io(mut self, io: Option<Arc<ratelimit_redis::io::IoThread>>) -> Self {
+        self.io = io;
+        self
     }
 
     /// The node named `name` (`host:port`), created on first use.
@@ -180,7 +191,19 @@ impl FredNodes {
                 builder.set_policy(policy.clone());
             }
             let client = builder.build().map_err(|e| e.to_string())?;
-            client.init().await.map_err(|e| e.to_string())?;
+            match &self.io {
+                // On the store's I/O thread, the client's connection task
+                // runs there.
+                Some(io) => {
+                    let c = client.clone();
+                    io.spawn(async move { c.init().await.map(drop).map_err(|e| e.to_string()) })
+                        .await
+                        .map_err(|e| {
+                            format!("the store's I/O thread stopped while connecting: {e}")
+                        })??
+                }
+                None => client.init().await.map(drop).map_err(|e| e.to_string())?,
+            }
             Ok::<Client, String>(client)
         };
         match node.client.get_or_try_init(|| connect).await {

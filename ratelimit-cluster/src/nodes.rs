@@ -63,6 +63,9 @@ pub(crate) struct Nodes {
     turn: AtomicUsize,
     /// How long a topology or set-up command waits for its reply.
     response_timeout: Duration,
+    /// The store's own I/O thread, when it has one
+    /// (`ratelimit_redis::io`): every node's connection runs there.
+    io: Option<Arc<ratelimit_redis::io::IoThread>>,
 }
 
 impl std::fmt::Debug for Nodes {
@@ -92,6 +95,8 @@ pub(crate) struct Node {
     state: Mutex<State>,
     /// Held by the one connection attempt under way.
     connecting: tokio::sync::Mutex<()>,
+    /// Where the connection is opened and runs (`Nodes::io`).
+    io: Option<Arc<ratelimit_redis::io::IoThread>>,
 }
 
 #[derive(Default)]
@@ -157,11 +162,29 @@ impl Node {
         if let Some(ready) = self.ready()? {
             return Ok(ready);
         }
-        match self
-            .client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await
-        {
+        let opened = match &self.io {
+            // On the store's I/O thread, the connection's own task runs there.
+            Some(io) => {
+                let (client, config) = (self.client.clone(), self.config.clone());
+                io.spawn(async move {
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                })
+                .await
+                .unwrap_or_else(|e| {
+                    Err(redis::RedisError::from(std::io::Error::other(format!(
+                        "the store's I/O thread stopped while connecting: {e}"
+                    ))))
+                })
+            }
+            None => {
+                self.client
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await
+            }
+        };
+        match opened {
             Ok(conn) => {
                 let mut state = self.lock();
                 state.generation += 1;
@@ -281,7 +304,14 @@ impl Nodes {
             seeds: names,
             nodes: RwLock::default(),
             turn: AtomicUsize::new(0),
+            io: None,
         })
+    }
+
+    /// Opens and runs every node's connection on `io`, the store's own I/O
+    /// thread (`ratelimit_redis::io`).
+    pub(crate) fn set_io(&mut self, io: Arc<ratelimit_redis::io::IoThread>) {
+        self.io = Some(io);
     }
 
     /// The node named `name` (`host:port`), created on first use; `None`
@@ -309,6 +339,7 @@ impl Nodes {
                 config: self.config.clone(),
                 state: Mutex::default(),
                 connecting: tokio::sync::Mutex::new(()),
+                io: self.io.clone(),
             })
         });
         Some(Arc::clone(node))

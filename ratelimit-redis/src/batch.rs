@@ -366,7 +366,7 @@ impl<'a> Lead<'a> {
 impl Drop for Lead<'_> {
     fn drop(&mut self) {
         if self.domain.queue().release() {
-            tokio::spawn(drain(
+            self.engine.spawn(drain(
                 self.engine.clone(),
                 Arc::clone(self.transport),
                 Arc::clone(self.domain),
@@ -402,7 +402,7 @@ pub(crate) fn enqueue<'a>(
         .queue()
         .push(item, engine.max_batch(), engine.pipeline())
     {
-        tokio::spawn(drain(
+        engine.spawn(drain(
             engine.clone(),
             Arc::clone(transport),
             Arc::clone(domain),

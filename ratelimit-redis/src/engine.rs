@@ -170,6 +170,9 @@ pub struct Engine {
     max_batch: usize,
     pipeline: usize,
     batch_only: bool,
+    /// The store's own I/O thread, when it has one ([`crate::io`]): the
+    /// node's batch calls are sent and read there.
+    io: Option<Arc<crate::io::IoThread>>,
     shared: Arc<Shared>,
 }
 
@@ -200,6 +203,7 @@ impl Engine {
             max_batch: DEFAULT_MAX_BATCH,
             pipeline: DEFAULT_PIPELINE,
             batch_only: false,
+            io: None,
             shared: Arc::new(Shared {
                 server_clock: ServerClock::new(server_clocks),
                 domains: Arc::new(Domains::new(CircuitBreaker::DEFAULT)),
@@ -223,6 +227,24 @@ impl Engine {
     /// Bounds every decision by `timeout`.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+    }
+
+    /// Sends and reads the node's batch calls on `io`, the store's own I/O
+    /// thread ([`crate::io`]), rather than on the application's runtime.
+    pub fn set_io_thread(&mut self, io: Option<Arc<crate::io::IoThread>>) {
+        self.io = io;
+    }
+
+    /// Runs a background task of the engine's: on its I/O thread when it
+    /// has one, else on the current runtime.
+    pub(crate) fn spawn<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        match &self.io {
+            Some(io) => drop(io.spawn(task)),
+            None => drop(tokio::spawn(task)),
+        }
     }
 
     /// Bounds the script calls waiting on one node at once (at least 1): a
@@ -342,9 +364,9 @@ impl Engine {
     /// Answers one request: alone (the single-quota script, or a batch of
     /// one for several quotas) when its node has no call in flight, else in
     /// the node's next batch (group commit, described in the crate docs); bounded
-    /// by the request's deadline and the engine's timeout, and each call's
-    /// wait for its reply by the reply timeout
-    /// ([`Engine::set_reply_timeout`]).
+    /// by the request's deadline and the engine's timeout, with no fixed
+    /// bound of its own on a call's wait for its reply (a slow node that
+    /// still answers is busy, not failed; admission keeps its queue short).
     ///
     /// A request the server refused as expired (it wrote nothing) while
     /// more than half of its caller's wait is still ahead (and more than

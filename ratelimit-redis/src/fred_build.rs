@@ -258,14 +258,15 @@ impl RedisStoreBuilder {
     /// and builds the store: the same URL (or sentinels), credentials, TLS
     /// files, prefix, timeouts and checks at start as [`Self::build`]. A
     /// store over Sentinel finds and follows the primary itself, as the
-    /// redis-rs store does (see [`FredPrimary`]), and sends its calls over
+    /// redis-rs store does (its watcher asks the sentinels and the
+    /// replicas), and sends its calls over
     /// one centralized fred client to it.
     pub async fn build_fred(self) -> Result<RedisStore, StoreError> {
         let options = &self.options;
         // Each call is bounded by its caller's deadline and the store's
         // bound on a decision; the response timeout bounds the set-up
         // commands below.
-        let engine =
+        let mut engine =
             options.engine(options.connection_timeout + 3 * options.response_timeout, 1)?;
         if let Some(sentinel) = &self.sentinel {
             return self.build_fred_sentinel(sentinel.clone(), engine).await;
@@ -308,8 +309,32 @@ impl RedisStoreBuilder {
             }
         };
         let wait = options.response_timeout.max(Duration::from_millis(500));
+        // With an I/O thread, fred's connection task runs there.
+        let io = if options.io_thread {
+            let io = crate::io::IoThread::start("ratelimit-redis-io").map_err(|e| {
+                StoreError::message(format!("cannot start the store's I/O thread: {e}"), false)
+            })?;
+            engine.set_io_thread(Some(Arc::clone(&io)));
+            Some(io)
+        } else {
+            None
+        };
         let connect = async {
-            client.init().await.map_err(|e| {
+            let init = match &io {
+                Some(io) => {
+                    let c = client.clone();
+                    io.spawn(async move { c.init().await.map(drop) })
+                        .await
+                        .unwrap_or_else(|e| {
+                            Err(fred::error::Error::new(
+                                fred::error::ErrorKind::Unknown,
+                                format!("the store's I/O thread failed while connecting: {e}"),
+                            ))
+                        })
+                }
+                None => client.init().await.map(drop),
+            };
+            init.map_err(|e| {
                 checked(StoreError::backend(
                     format!("cannot reach {node}: {e}"),
                     true,

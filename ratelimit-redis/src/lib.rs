@@ -18,6 +18,7 @@ pub mod error;
 pub mod fred;
 #[cfg(feature = "fred")]
 pub mod fred_build;
+pub mod io;
 pub mod keys;
 pub mod options;
 pub mod scripts;

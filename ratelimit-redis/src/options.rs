@@ -55,6 +55,9 @@ pub struct Options {
     /// The bound on script calls waiting on one node at once (default
     /// [`DEFAULT_MAX_IN_FLIGHT`]).
     pub max_in_flight: usize,
+    /// Whether the store sends and reads the node's batch calls on a thread
+    /// of its own ([`crate::io`]; default on).
+    pub io_thread: bool,
     /// TLS files and credentials (default none: the URL's).
     pub security: crate::tls::Security,
 }
@@ -68,6 +71,7 @@ impl Default for Options {
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             timeout: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            io_thread: true,
             security: crate::tls::Security::default(),
         }
     }
@@ -154,6 +158,18 @@ macro_rules! options_setters {
         /// queueing behind a stalled node.
         pub fn max_in_flight(mut self, max: usize) -> Self {
             self.options.max_in_flight = max;
+            self
+        }
+
+        /// Sends and reads the nodes' batch calls (and holds their
+        /// connections) on a thread of the store's own (see
+        /// `ratelimit_redis::io`), so that the application's runtime, however
+        /// busy, never delays them (default on; `false` runs them on the
+        /// application's runtime). With thousands of callers on one
+        /// runtime, the store's useful output keeps up with its own thread
+        /// and collapses without it (BENCHMARKS.md, "Under overload").
+        pub fn io_thread(mut self, on: bool) -> Self {
+            self.options.io_thread = on;
             self
         }
 

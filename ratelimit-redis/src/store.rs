@@ -416,8 +416,17 @@ impl RedisStoreBuilder {
     /// most 100 ms between attempts).
     pub async fn build(self) -> Result<RedisStore, StoreError> {
         let options = &self.options;
-        let engine =
+        let mut engine =
             options.engine(options.connection_timeout + 3 * options.response_timeout, 1)?;
+        let io = if options.io_thread {
+            let io = crate::io::IoThread::start("ratelimit-redis-io").map_err(|e| {
+                StoreError::message(format!("cannot start the store's I/O thread: {e}"), false)
+            })?;
+            engine.set_io_thread(Some(Arc::clone(&io)));
+            Some(io)
+        } else {
+            None
+        };
         // No response timeout on the connection: a script call waits for
         // its reply until its caller's deadline (the engine's one timer per
         // call), and a busy node is not a failed one. The response timeout
@@ -475,9 +484,20 @@ impl RedisStoreBuilder {
                             tls,
                         )
                     })?;
-                let manager = ConnectionManager::new_with_config(client, config)
-                    .await
-                    .map_err(|e| {
+                // With an I/O thread, the connection's own task runs there.
+                let manager = match &io {
+                    Some(io) => io
+                        .spawn(ConnectionManager::new_with_config(client, config))
+                        .await
+                        .map_err(|e| {
+                            StoreError::message(
+                                format!("the store's I/O thread failed while connecting: {e}"),
+                                false,
+                            )
+                        })?,
+                    None => ConnectionManager::new_with_config(client, config).await,
+                }
+                .map_err(|e| {
                         crate::tls::explained(
                             StoreError::backend(format!("cannot reach {node}: {e}"), true, e),
                             &node,

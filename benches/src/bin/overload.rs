@@ -12,7 +12,12 @@
 //!
 //! 1. **Capacity μ**: `--capacity-tasks` (1,024) closed-loop tasks call
 //!    `Limiter::check` for `--seconds` with a quota every call passes
-//!    (every decision a write): μ is the store's decisions per second.
+//!    (every decision a write), each call a task of its own with its
+//!    latency recorded as the open loop's arrivals are: μ is the store's
+//!    decisions per second through the generator's own path (the load,
+//!    the client and the server share the machine's cores, so a μ measured
+//!    without the generator's cost would put 0.9 μ beyond what the machine
+//!    completes).
 //! 2. **Open loop**: arrivals at `m × μ` for each `--multiples` `m` (0.5,
 //!    0.9, 1.5, 3), spaced as a Poisson process, each arrival its own task
 //!    (so that nothing waits for an earlier answer), for `--seconds`. Per
@@ -49,14 +54,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ratelimit_benches::SplitMix64;
-use ratelimit_benches::clients::{Lib, redis_store};
+use ratelimit_benches::clients::{Lib, redis_store_io};
 use ratelimit_core::{Limiter, Quota, Rate, Source};
 use ratelimit_redis::RedisStore;
 use ratelimit_testkit::redis_server::RedisServer;
 
 const USAGE: &str = "usage: overload [--client redis-rs|fred]... [--runs R] [--seconds S] \
 [--timeout-ms T] [--multiples a,b,..] [--closed a,b,..] [--capacity-tasks N] \
-[--only open|closed]... [--limit L] [--busy N] [--server-cpu N]";
+[--only open|closed]... [--limit L] [--busy N] [--server-cpu N] [--no-io-thread]";
 
 #[derive(Debug, Clone)]
 struct Args {
@@ -71,6 +76,7 @@ struct Args {
     limit: u64,
     busy: usize,
     server_cpu: Option<usize>,
+    io_thread: bool,
 }
 
 fn parse_args() -> Args {
@@ -86,6 +92,7 @@ fn parse_args() -> Args {
         limit: 20,
         busy: 0,
         server_cpu: None,
+        io_thread: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -121,6 +128,7 @@ fn parse_args() -> Args {
             "--limit" => a.limit = number(value()) as u64,
             "--busy" => a.busy = number(value()) as usize,
             "--server-cpu" => a.server_cpu = Some(number(value()) as usize),
+            "--no-io-thread" => a.io_thread = false,
             _ => ratelimit_benches::not_an_option(&arg, USAGE),
         }
     }
@@ -306,12 +314,27 @@ fn limiter(store: &RedisStore, quota: Quota, namespace: &str, a: &Args) -> Limit
 
 /// `tasks` closed-loop callers for `seconds`: store decisions per second.
 async fn closed_loop(limiter: &Limiter, tasks: usize, seconds: f64) -> (f64, f64) {
+    closed(limiter, tasks, seconds, false).await
+}
+
+/// The store's capacity μ as the open loop drives it: a closed loop whose
+/// every call, like an arrival of the open loop, is a task of its own with
+/// its latency recorded (the generator's cost per call counted in, so
+/// that 0.9 μ is below what this machine completes through the open loop,
+/// generator included).
+async fn capacity_loop(limiter: &Limiter, tasks: usize, seconds: f64) -> f64 {
+    closed(limiter, tasks, seconds, true).await.0
+}
+
+async fn closed(limiter: &Limiter, tasks: usize, seconds: f64, spawned: bool) -> (f64, f64) {
+    let latency = Arc::new(Histogram::new());
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(seconds);
     let callers = 100_000;
     let handles: Vec<_> = (0..tasks)
         .map(|t| {
             let limiter = limiter.clone();
+            let latency = Arc::clone(&latency);
             tokio::spawn(async move {
                 let (mut store, mut all) = (0u64, 0u64);
                 let mut i = callers * t / tasks;
@@ -320,7 +343,20 @@ async fn closed_loop(limiter: &Limiter, tasks: usize, seconds: f64) -> (f64, f64
                     use std::fmt::Write;
                     key.clear();
                     let _ = write!(key, "c{i}");
-                    let d = limiter.check(key.as_bytes()).await;
+                    let d = if spawned {
+                        let (limiter, latency, key) =
+                            (limiter.clone(), Arc::clone(&latency), key.clone());
+                        tokio::spawn(async move {
+                            let called = Instant::now();
+                            let d = limiter.check(key.as_bytes()).await;
+                            latency.record(called.elapsed());
+                            d
+                        })
+                        .await
+                        .expect("call task")
+                    } else {
+                        limiter.check(key.as_bytes()).await
+                    };
                     all += 1;
                     if d.source == Source::Store {
                         store += 1;
@@ -465,14 +501,14 @@ async fn open_section(a: &Args, server: &RedisServer) {
     let tracked_callers = 100;
     for run in 1..=a.runs {
         for lib in libs(a) {
-            let store = redis_store(lib, server).await;
+            let store = redis_store_io(lib, server, a.io_thread).await;
             let ns = |what: &str| format!("o{run}{}{what}", lib.name().replace('-', ""));
             let load = limiter(&store, admit_all(), &ns("load"), a);
             for i in 0..100 {
                 load.check(format!("warm-{i}")).await;
             }
             eprintln!("open loop: run {run}, {}: capacity", lib.name());
-            let (capacity, _) = closed_loop(&load, a.capacity_tasks, a.seconds).await;
+            let capacity = capacity_loop(&load, a.capacity_tasks, a.seconds).await;
             for (m, &multiple) in a.multiples.iter().enumerate() {
                 let quota = Quota::fixed_window(Rate::per_day(a.limit)).expect("tracked quota");
                 let tracked = limiter(&store, quota, &ns(&format!("t{m}")), a);
@@ -581,7 +617,7 @@ async fn closed_section(a: &Args, server: &RedisServer) {
     let mut rows: Vec<(Lib, usize, usize, f64, f64)> = Vec::new();
     for run in 1..=a.runs {
         for lib in libs(a) {
-            let store = redis_store(lib, server).await;
+            let store = redis_store_io(lib, server, a.io_thread).await;
             let ns = format!("c{run}{}", lib.name().replace('-', ""));
             let load = limiter(&store, admit_all(), &ns, a);
             for i in 0..100 {
