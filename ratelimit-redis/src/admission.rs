@@ -8,8 +8,10 @@
 //! - **The limit in flight, from what the node completes.** While a node is
 //!   backlogged (its calls take requests as fast as they come back, and
 //!   requests are still waiting after each take), the rate at which its
-//!   calls take requests is its capacity `μ`: what it completes, the
-//!   client's own work and a busy host's scheduling included. A request
+//!   calls take requests, less the requests their callers' deadlines
+//!   overtook meanwhile (taken, but answered too late to count), is its
+//!   capacity `μ`: what it completes in time, the client's own work and a
+//!   busy host's scheduling included. A request
 //!   that arrives with `n` requests ahead of it on the node is answered,
 //!   at that rate, about `n / μ` plus one call's time later; it is
 //!   admitted only if that is within [`HEADROOM`] of the time its caller
@@ -24,7 +26,11 @@
 //! - **Probing up.** `μ` is measured only while the node is backlogged. A
 //!   node whose limit sheds requests while its queue is empty at its
 //!   calls is faster than its estimate: the estimate grows by a tenth
-//!   every [`PROBE_EVERY`] until the node is backlogged again (and measured).
+//!   every [`PROBE_EVERY`] until the node is backlogged again (and measured)
+//!   — unless admitted requests were overtaken by their deadlines since the
+//!   last probe: then the calls in flight are what is late (a host that
+//!   reads their replies late, not a queue), and the estimate falls by a
+//!   tenth instead.
 //!   An estimate no backlog has confirmed for [`FORGET_AFTER`] is
 //!   forgotten: until it is measured again, the node admits every request
 //!   (a node that was slow on a busy host is not held to it once the host is
@@ -86,6 +92,9 @@ pub struct Admission {
     idle_queue: std::sync::atomic::AtomicBool,
     /// The limit in flight last computed (for metrics; 0: none).
     limit: AtomicU64,
+    /// Admitted requests whose callers' deadlines overtook them (timed
+    /// out waiting) since the latest measurement or probe.
+    overtaken: AtomicU64,
     /// Requests shed at the door and in the queue.
     shed_at_door: AtomicU64,
     shed_in_queue: AtomicU64,
@@ -109,6 +118,7 @@ impl Admission {
             call_us: AtomicU64::new(0),
             idle_queue: std::sync::atomic::AtomicBool::new(true),
             limit: AtomicU64::new(0),
+            overtaken: AtomicU64::new(0),
             shed_at_door: AtomicU64::new(0),
             shed_in_queue: AtomicU64::new(0),
         }
@@ -189,7 +199,8 @@ impl Admission {
     }
 
     /// The estimate shed requests while the node's queue was empty: it
-    /// grows by a tenth, at most once per [`PROBE_EVERY`].
+    /// grows by a tenth, at most once per [`PROBE_EVERY`]; or falls by a
+    /// tenth if admitted requests were overtaken meanwhile.
     fn probe(&self, now: Instant, capacity: f64) {
         let at = self.micros(now);
         let last = self.measured_at.load(Ordering::Relaxed);
@@ -200,7 +211,8 @@ impl Admission {
                 .compare_exchange(last, at, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            store_f64(&self.capacity, capacity * 1.1);
+            let late = self.overtaken.swap(0, Ordering::Relaxed) > 0;
+            store_f64(&self.capacity, capacity * if late { 0.9 } else { 1.1 });
         }
     }
 
@@ -210,7 +222,11 @@ impl Admission {
         if over.is_zero() || requests == 0 {
             return;
         }
-        let sample = requests as f64 / over.as_secs_f64();
+        // What the node completed in time: its calls' takes, less the
+        // requests their callers' deadlines overtook meanwhile.
+        let overtaken = self.overtaken.swap(0, Ordering::Relaxed);
+        let useful = requests.saturating_sub(overtaken).max(1);
+        let sample = useful as f64 / over.as_secs_f64();
         let old = self.capacity(now).unwrap_or(0.0);
         let new = if old > 0.0 {
             old + WEIGHT * (sample - old)
@@ -237,6 +253,13 @@ impl Admission {
     /// Whether the queue was left empty by the latest take.
     pub(crate) fn set_idle_queue(&self, idle: bool) {
         self.idle_queue.store(idle, Ordering::Relaxed);
+    }
+
+    /// An admitted request's deadline passed before its answer came: not
+    /// counted in what the node completes ([`Admission::measured`]), and a
+    /// sign against probing up ([`Admission::admit`]).
+    pub(crate) fn overtaken(&self) {
+        self.overtaken.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A request was taken out of the queue unsent: it could not make its
@@ -304,6 +327,45 @@ mod tests {
         let c = a.capacity(now).unwrap();
         assert!((c - 125_000.0).abs() < 1.0, "{c}");
         assert_eq!(a.capacity(now + FORGET_AFTER), None);
+    }
+
+    #[test]
+    fn requests_overtaken_by_their_deadlines_are_not_capacity() {
+        let a = Admission::default();
+        let now = Instant::now();
+        // 1,000 taken in 10 ms, of which 600 timed out: 40,000 a second.
+        for _ in 0..600 {
+            a.overtaken();
+        }
+        a.measured(1_000, 10 * MS, now);
+        assert!((a.capacity(now).unwrap() - 40_000.0).abs() < 1.0);
+        // Counted once: the next measurement is whole.
+        a.measured(1_000, 10 * MS, now);
+        assert!((a.capacity(now).unwrap() - 55_000.0).abs() < 1.0);
+        // Everything overtaken: the estimate falls but stays known.
+        for _ in 0..1_000 {
+            a.overtaken();
+        }
+        a.measured(1_000, 10 * MS, now);
+        assert!(a.capacity(now).unwrap() > 0.0);
+    }
+
+    #[test]
+    fn late_replies_turn_the_probe_down() {
+        let a = Admission::default();
+        let t0 = Instant::now();
+        a.measured(100, 10 * MS, t0);
+        a.set_idle_queue(true);
+        // Shedding with an empty queue, but a request in flight timed out:
+        // down by a tenth, not up.
+        a.overtaken();
+        let t1 = t0 + PROBE_EVERY;
+        assert!(a.admit(1_000, t1, t1 + 20 * MS).is_err());
+        assert!((a.capacity(t1).unwrap() - 9_000.0).abs() < 1.0);
+        // Nothing overtaken since: up again.
+        let t2 = t1 + PROBE_EVERY;
+        assert!(a.admit(1_000, t2, t2 + 20 * MS).is_err());
+        assert!((a.capacity(t2).unwrap() - 9_900.0).abs() < 1.0);
     }
 
     #[test]

@@ -415,9 +415,12 @@ pub(crate) fn enqueue<'a>(
                 format!("the batch for {} was dropped", domain.name()),
                 true,
             )),
-            Err(_) => Err(StoreError::Timeout(
-                deadline.saturating_duration_since(start),
-            )),
+            Err(_) => {
+                domain.admission().overtaken();
+                Err(StoreError::Timeout(
+                    deadline.saturating_duration_since(start),
+                ))
+            }
         }
     }
 }

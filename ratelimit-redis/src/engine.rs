@@ -447,9 +447,12 @@ impl Engine {
         let ahead = domain.in_flight();
         if let Err(limit) = domain.admission().admit(ahead, start, deadline) {
             drop(permit);
-            // A caller answered at once, every time, still lets the runtime's
-            // other tasks run (the node's replies among them).
-            tokio::task::consume_budget().await;
+            // A caller answered at once yields its turn first: callers that
+            // ask again as soon as they are answered would otherwise keep
+            // their worker for a whole budget of calls each, while the
+            // callers whose replies have come wait behind them (and their
+            // deadlines pass with the answer ready).
+            tokio::task::yield_now().await;
             return Err(crate::admission::overloaded(
                 domain.name_arc(),
                 ahead,
@@ -528,6 +531,7 @@ impl Engine {
                 .call_took(received.saturating_duration_since(start));
         }
         if outcome.is_err() {
+            domain.admission().overtaken();
             // The caller gives up; the request may still be answered. Follow
             // it to its reply in the background: that reply is the node's
             // progress (a busy node's replies keep flowing, a stalled one's

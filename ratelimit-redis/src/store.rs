@@ -498,12 +498,12 @@ impl RedisStoreBuilder {
                     None => ConnectionManager::new_with_config(client, config).await,
                 }
                 .map_err(|e| {
-                        crate::tls::explained(
-                            StoreError::backend(format!("cannot reach {node}: {e}"), true, e),
-                            &node,
-                            tls,
-                        )
-                    })?;
+                    crate::tls::explained(
+                        StoreError::backend(format!("cannot reach {node}: {e}"), true, e),
+                        &node,
+                        tls,
+                    )
+                })?;
                 (Backend::Redis(manager), node, tls, user)
             }
         };

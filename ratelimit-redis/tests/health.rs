@@ -143,7 +143,9 @@ async fn a_stalled_node_opens_its_breaker_after_its_stated_silence() {
 
 /// A starved runtime (a task blocking the only worker 60 ms at a time):
 /// calls time out because this process is late, not because the node is;
-/// the breaker stays closed.
+/// the breaker stays closed. The store runs on that runtime
+/// (`io_thread(false)`: with its own I/O thread, the default, it reads its
+/// replies while the runtime is blocked, and few calls time out at all).
 #[test]
 fn a_starved_runtime_does_not_open_the_breaker() {
     let server = RedisServer::start_local();
@@ -156,6 +158,7 @@ fn a_starved_runtime_does_not_open_the_breaker() {
             RedisStore::builder(server.url())
                 .prefix(server.prefix())
                 .timeout(Duration::from_millis(20))
+                .io_thread(false)
                 .build()
                 .await
                 .expect("connect"),

@@ -184,6 +184,19 @@ struct Cli {
     /// Check the configuration and exit (0: valid; 2: the error is printed).
     #[arg(long)]
     check: bool,
+    /// The log lines' format on stderr: text (one readable line each) or
+    /// json (one JSON object per line: timestamp, level, target, fields).
+    #[arg(long, value_enum, default_value = "text", env = "RLS_LOG_FORMAT")]
+    log_format: LogFormat,
+}
+
+/// How the service writes its log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// One readable line per event.
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
 }
 
 /// Applies the Redis credentials and TLS files of the command line to a
@@ -248,13 +261,16 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
     let options = LoadOptions {
         merge_domains: cli.merge_domains,
         default_algorithm: cli.algorithm,

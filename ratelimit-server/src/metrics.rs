@@ -62,6 +62,9 @@ pub fn render() -> String {
 pub(crate) fn config_loaded(config: &Config) {
     install();
     metrics::counter!("ratelimit_server_config_load_success_total").increment(1);
+    // Exported from the first load on, at zero until a load fails: a
+    // series to alert on.
+    metrics::counter!("ratelimit_server_config_load_error_total").increment(0);
     metrics::gauge!("ratelimit_server_config_domains").set(config.domains().len() as f64);
     metrics::gauge!("ratelimit_server_config_limits").set(config.limit_count() as f64);
 }

@@ -300,6 +300,86 @@ fn libs(a: &Args) -> Vec<Lib> {
 
 /// A limiter over `store` under `quota`, in `namespace`, with the run's
 /// timeout and the degraded mode of two instances.
+/// With `OVERLOAD_DIAGNOSE` set: the store's errors by kind, for reading a
+/// collapse (what the store answered besides decisions).
+#[derive(Debug)]
+struct Counting {
+    inner: RedisStore,
+    /// Ok, Overloaded, Expired, Timeout, Unavailable, other.
+    counts: [AtomicU64; 6],
+}
+
+impl Counting {
+    fn count(&self, r: &ratelimit_core::Result<ratelimit_core::store::Decisions>) {
+        use ratelimit_core::StoreError as E;
+        let i = match r {
+            Ok(_) => 0,
+            Err(E::Overloaded { .. }) => 1,
+            Err(E::Expired) => 2,
+            Err(E::Timeout(_)) => 3,
+            Err(E::Unavailable { .. }) => 4,
+            Err(_) => 5,
+        };
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn take(&self) -> [u64; 6] {
+        std::array::from_fn(|i| self.counts[i].swap(0, Ordering::Relaxed))
+    }
+}
+
+impl ratelimit_core::Store for Counting {
+    fn decide<'a>(
+        &'a self,
+        request: ratelimit_core::store::Request<'a>,
+    ) -> ratelimit_core::store::Answer<'a> {
+        use ratelimit_core::store::Answer;
+        match self.inner.decide(request).into_ready() {
+            Ok(r) => {
+                self.count(&r);
+                Answer::ready(r)
+            }
+            Err(pending) => Answer::pending(async move {
+                let r = pending.await;
+                self.count(&r);
+                r
+            }),
+        }
+    }
+
+    fn capabilities(&self) -> ratelimit_core::store::Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+/// A limiter like [`limiter`]'s over the store's [`Counting`] wrapper.
+fn counting_limiter(counting: &Arc<Counting>, namespace: &str, a: &Args) -> Limiter {
+    let mut b = Limiter::builder_arc(Arc::clone(counting) as Arc<dyn ratelimit_core::Store>)
+        .quota(admit_all())
+        .namespace(namespace)
+        .expect("namespace")
+        .instances(2);
+    if let Some(t) = a.timeout {
+        b = b.timeout(t);
+    }
+    b.build().expect("limiter")
+}
+
+/// Prints (stderr) the store's answers by kind since the last call, and
+/// its node's admission state.
+fn diagnosis(counting: &Counting, store: &RedisStore) {
+    let node = store.engine().domains().get(store.node());
+    let adm = node.admission();
+    eprintln!(
+        "  store answers (ok, overloaded, expired, timeout, unavailable, other): {:?}\n  admission: capacity {:?}/s, call {:?}, limit {:?}, shed (door, queue) {:?}",
+        counting.take(),
+        adm.capacity(Instant::now()),
+        adm.call_time(),
+        adm.limit(),
+        adm.shed()
+    );
+}
+
 fn limiter(store: &RedisStore, quota: Quota, namespace: &str, a: &Args) -> Limiter {
     let mut b = Limiter::builder(store.clone())
         .quota(quota)
@@ -503,7 +583,16 @@ async fn open_section(a: &Args, server: &RedisServer) {
         for lib in libs(a) {
             let store = redis_store_io(lib, server, a.io_thread).await;
             let ns = |what: &str| format!("o{run}{}{what}", lib.name().replace('-', ""));
-            let load = limiter(&store, admit_all(), &ns("load"), a);
+            let diagnose = std::env::var_os("OVERLOAD_DIAGNOSE").is_some();
+            let counting = Arc::new(Counting {
+                inner: store.clone(),
+                counts: Default::default(),
+            });
+            let load = if diagnose {
+                counting_limiter(&counting, &ns("load"), a)
+            } else {
+                limiter(&store, admit_all(), &ns("load"), a)
+            };
             for i in 0..100 {
                 load.check(format!("warm-{i}")).await;
             }
@@ -519,6 +608,9 @@ async fn open_section(a: &Args, server: &RedisServer) {
                 );
                 let (t, secs) =
                     open_loop(&load, &tracked, offered, a.seconds, tracked_callers).await;
+                if diagnose {
+                    diagnosis(&counting, &store);
+                }
                 let store_n = t.store.load(Ordering::Relaxed);
                 let other = t.other.load(Ordering::Relaxed);
                 let over: Vec<u64> = t
@@ -619,13 +711,30 @@ async fn closed_section(a: &Args, server: &RedisServer) {
         for lib in libs(a) {
             let store = redis_store_io(lib, server, a.io_thread).await;
             let ns = format!("c{run}{}", lib.name().replace('-', ""));
-            let load = limiter(&store, admit_all(), &ns, a);
+            let diagnose = std::env::var_os("OVERLOAD_DIAGNOSE").is_some();
+            let counting = Arc::new(Counting {
+                inner: store.clone(),
+                counts: Default::default(),
+            });
+            let load = if diagnose {
+                counting_limiter(&counting, &ns, a)
+            } else {
+                limiter(&store, admit_all(), &ns, a)
+            };
             for i in 0..100 {
                 load.check(format!("warm-{i}")).await;
             }
             for &tasks in &a.closed {
                 eprintln!("closed loop: run {run}, {}: {tasks} callers", lib.name());
+                let before = load.stats();
                 let (rate, share) = closed_loop(&load, tasks, a.seconds).await;
+                if diagnose {
+                    eprintln!(
+                        "  limiter before {before:?}\n  limiter after  {:?}",
+                        load.stats()
+                    );
+                    diagnosis(&counting, &store);
+                }
                 rows.push((lib, run, tasks, rate, share));
             }
         }

@@ -21,6 +21,7 @@ mod markdown;
 mod page;
 mod picture;
 mod results;
+mod writer;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -3,6 +3,7 @@
 
 use crate::markdown::{Table, duration, int, median, or_dash, plain, ratio, spread};
 use crate::results::{self, Results};
+use crate::writer::Page;
 
 /// Which way a ratio is better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,57 +31,6 @@ pub(crate) struct Headline {
     pub(crate) better: Better,
     /// The bar's label in the picture.
     pub(crate) bar: &'static str,
-}
-
-/// The page, written section by section.
-#[derive(Debug, Default)]
-pub(crate) struct Page {
-    out: String,
-}
-
-impl Page {
-    /// A line of text (or an empty line).
-    pub(crate) fn line(&mut self, text: &str) {
-        self.out.push_str(text);
-        self.out.push('\n');
-    }
-
-    /// A paragraph and the empty line after it.
-    pub(crate) fn para(&mut self, text: &str) {
-        self.line(text);
-        self.line("");
-    }
-
-    /// A level-2 heading.
-    pub(crate) fn h2(&mut self, text: &str) {
-        self.para(&format!("## {text}"));
-    }
-
-    /// A level-3 heading.
-    pub(crate) fn h3(&mut self, text: &str) {
-        self.para(&format!("### {text}"));
-    }
-
-    /// A table: the header, its alignment (`l` or `r` per column), rows.
-    pub(crate) fn table(&mut self, header: &[&str], align: &str, rows: &[Vec<String>]) {
-        self.line(&format!("| {} |", header.join(" | ")));
-        let sep: Vec<&str> = align
-            .chars()
-            .map(|c| if c == 'r' { "--:" } else { "---" })
-            .collect();
-        self.line(&format!("|{}|", sep.join("|")));
-        for row in rows {
-            self.line(&format!("| {} |", row.join(" | ")));
-        }
-        self.line("");
-    }
-
-    /// The line a section shows when its result file is missing.
-    pub(crate) fn missing(&mut self, file: &str) {
-        self.para(&format!(
-            "Not measured in this run: `target/bench-results/{file}` is missing."
-        ));
-    }
 }
 
 /// Every figure the page shows, read from the results.
@@ -330,11 +280,7 @@ impl Figures {
         self.controls(&mut p);
         self.service(&mut p);
         crate::load::tls_section(&mut p, self.tls_cost.as_ref());
-        let mut out = p.out;
-        while out.ends_with("\n\n") {
-            out.pop();
-        }
-        out
+        p.finish()
     }
 
     fn intro(&self, p: &mut Page, picture: &str) {
