@@ -8,7 +8,8 @@ use crate::writer::Page;
 /// What `overload` printed: its open-loop and closed-loop medians.
 #[derive(Debug, Clone)]
 pub(crate) struct Overload {
-    /// The run's description line (`Machine: ...`).
+    /// The run's description line (`Machine: ...`): the host, the load
+    /// beside it, the timeout.
     pub(crate) machine: String,
     /// The open loop's medians, as printed.
     pub(crate) open: Table,
@@ -20,22 +21,32 @@ pub(crate) struct Overload {
 /// processes).
 pub(crate) fn overload(r: &mut Results, name: &str) -> Option<Overload> {
     r.with(name, |doc| {
-        let open = doc
-            .table(&["client", "× μ", "μ", "by the store", "goodput / μ"])?
-            .clone();
-        let closed = doc
-            .table(&[
+        // The medians (the per-run tables have the same columns and more).
+        let medians = |columns: &[&str], heading: &str| -> Result<Table, String> {
+            doc.tables(columns)
+                .into_iter()
+                .find(|t| t.heading.as_deref().is_some_and(|h| h.starts_with(heading)))
+                .cloned()
+                .ok_or_else(|| format!("{}: no table under a heading `{heading} ...`", doc.name))
+        };
+        let open = medians(
+            &["client", "× μ", "μ", "by the store", "goodput / μ"],
+            "Open loop, medians",
+        )?;
+        let closed = medians(
+            &[
                 "client",
                 "callers",
                 "store decisions/s",
                 "over the first count's rate",
-            ])?
-            .clone();
+            ],
+            "Closed loop, medians",
+        )?;
         let machine = doc
             .text
             .lines()
-            .find(|l| l.starts_with("Machine: "))
-            .map(|l| l.trim_start_matches("Machine: ").to_owned())
+            .find_map(|l| l.strip_prefix("Machine: "))
+            .map(str::to_owned)
             .ok_or_else(|| format!("{}: no `Machine:` line", doc.name))?;
         Ok(Overload {
             machine,
@@ -89,6 +100,11 @@ pub(crate) fn tls_cost(r: &mut Results) -> Option<Table> {
     })
 }
 
+/// The host of a `Machine:` line (its text up to the first `;`).
+fn first_part(line: &str) -> &str {
+    line.split(';').next().unwrap_or(line).trim()
+}
+
 /// A table as printed, its first column left-aligned.
 fn as_printed(p: &mut Page, t: &Table) {
     let header: Vec<&str> = t.header.iter().map(String::as_str).collect();
@@ -106,7 +122,10 @@ pub(crate) fn overload_section(
     bursts: Option<&Bursts>,
 ) {
     p.h2("Under overload: arrival rates, thousands of callers, bursts");
-    p.para(OVERLOAD);
+    match quiet {
+        Some(q) => p.para(&format!("{OVERLOAD} Host: {}.", first_part(&q.machine))),
+        None => p.para(OVERLOAD),
+    }
     for (title, run, file) in [
         ("No other load on the machine", quiet, "overload.md"),
         (
@@ -118,7 +137,6 @@ pub(crate) fn overload_section(
         p.h3(title);
         match run {
             Some(o) => {
-                p.para(&format!("{}.", o.machine));
                 as_printed(p, &o.open);
                 as_printed(p, &o.closed);
             }
@@ -129,9 +147,8 @@ pub(crate) fn overload_section(
     p.para(BURSTS);
     match bursts {
         Some(b) => {
-            p.para(&format!("{}.", plain(&b.setting)));
             as_printed(p, &b.rounds);
-            p.para(&b.summary);
+            p.para(&format!("{}. {}", plain(&b.setting), b.summary));
         }
         None => p.missing("bursts.md"),
     }

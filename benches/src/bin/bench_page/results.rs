@@ -688,35 +688,6 @@ pub(crate) fn peers(r: &mut Results, name: &str) -> Option<Peers> {
     })
 }
 
-/// The medians of one client under one setting of `under_faults`'
-/// healthy section.
-#[derive(Debug, Clone)]
-pub(crate) struct Healthy {
-    /// Callers (tasks).
-    pub(crate) tasks: u64,
-    /// The limiter's timeout, ms.
-    pub(crate) timeout_ms: u64,
-    /// Whether the server ran alone on a CPU of its own.
-    pub(crate) server_alone: bool,
-    /// `redis-rs` or `fred`.
-    pub(crate) client: String,
-    /// Each run's share decided by the store, %.
-    pub(crate) store_runs: Vec<f64>,
-    /// The medians: share by the store (%), decisions/s, p50 and p99 (µs),
-    /// breaker openings, fail-open decisions.
-    pub(crate) store: Option<f64>,
-    /// See `store`.
-    pub(crate) per_second: Option<f64>,
-    /// See `store`.
-    pub(crate) p50: Option<f64>,
-    /// See `store`.
-    pub(crate) p99: Option<f64>,
-    /// See `store`.
-    pub(crate) openings: Option<f64>,
-    /// See `store`.
-    pub(crate) fail_open: Option<f64>,
-}
-
 /// The medians of the example servers under `wrk`.
 #[derive(Debug, Clone)]
 pub(crate) struct Servers {
@@ -757,8 +728,6 @@ pub(crate) struct Cluster {
 /// `under_faults`' sections.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct UnderFaults {
-    /// The healthy section's medians, per setting and client.
-    pub(crate) healthy: Vec<Healthy>,
     /// The servers section's medians.
     pub(crate) servers: Vec<Servers>,
     /// The cluster section's medians.
@@ -770,78 +739,10 @@ fn is_median(t: &Table, row: &[String], col: &str) -> bool {
     text_at(t, row, col).as_deref() == Some("median")
 }
 
-/// `under_faults.md` or `under_faults_server_cpu.md`.
+/// `under_faults.md`.
 pub(crate) fn under_faults(r: &mut Results, name: &str) -> Option<UnderFaults> {
     r.with(name, |doc| {
         let mut out = UnderFaults::default();
-        for t in doc.tables(&[
-            "client",
-            "run",
-            "decisions",
-            "by the store",
-            "breaker openings",
-        ]) {
-            let heading = t.heading.clone().unwrap_or_default();
-            let tasks = heading
-                .strip_prefix("One healthy Redis, ")
-                .and_then(number)
-                .ok_or_else(|| format!("{}: a healthy table under `{heading}`", doc.name))?
-                as u64;
-            let timeout_ms = heading
-                .split_once("timeout ")
-                .and_then(|(_, rest)| number(rest))
-                .or_else(|| heading.contains("20 ms timeout").then_some(20.0))
-                .ok_or_else(|| format!("{}: no timeout in `{heading}`", doc.name))?
-                as u64;
-            let server_alone = heading.contains("the server alone on CPU");
-            for row in &t.rows {
-                let Some(client) = text_at(t, row, "client") else {
-                    continue;
-                };
-                let pct = num_at(t, row, "by the store");
-                if !is_median(t, row, "run") {
-                    match out.healthy.iter_mut().find(|h| {
-                        h.client == client
-                            && h.timeout_ms == timeout_ms
-                            && h.server_alone == server_alone
-                            && h.tasks == tasks
-                    }) {
-                        Some(h) => h.store_runs.extend(pct),
-                        None => out.healthy.push(Healthy {
-                            tasks,
-                            timeout_ms,
-                            server_alone,
-                            client,
-                            store_runs: pct.into_iter().collect(),
-                            store: None,
-                            per_second: None,
-                            p50: None,
-                            p99: None,
-                            openings: None,
-                            fail_open: None,
-                        }),
-                    }
-                    continue;
-                }
-                let Some(h) = out.healthy.iter_mut().find(|h| {
-                    h.client == client
-                        && h.timeout_ms == timeout_ms
-                        && h.server_alone == server_alone
-                        && h.tasks == tasks
-                }) else {
-                    return Err(format!(
-                        "{}: a median row for {client} with no runs",
-                        doc.name
-                    ));
-                };
-                h.store = pct;
-                h.per_second = num_at(t, row, "decisions/s");
-                h.p50 = t.col("p50").and_then(|i| micros(row.get(i)?));
-                h.p99 = t.col("p99").and_then(|i| micros(row.get(i)?));
-                h.openings = num_at(t, row, "breaker openings");
-                h.fail_open = num_at(t, row, "fail-open");
-            }
-        }
         if let Ok(t) = doc.table(&[
             "servers",
             "run",
@@ -900,9 +801,9 @@ pub(crate) fn under_faults(r: &mut Results, name: &str) -> Option<UnderFaults> {
                     .and_then(|i| micros(row.get(i)?));
             }
         }
-        if out.healthy.is_empty() && out.servers.is_empty() && out.cluster.is_empty() {
+        if out.servers.is_empty() && out.cluster.is_empty() {
             return Err(format!(
-                "{}: none of under_faults' tables (healthy, servers, cluster)",
+                "{}: none of under_faults' tables (servers, cluster)",
                 doc.name
             ));
         }
