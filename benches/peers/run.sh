@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds redis-cell's module from its crate (crates.io) and runs the peers
+# Builds redis-cell's module from its published crate (fetched by cargo) and runs the peers
 # benchmark with it loaded. Arguments are passed to the benchmark
 # (e.g. --runs 3 --seconds 3); --build-only builds and stops. Needs
 # redis-server on PATH.

@@ -3,7 +3,7 @@
 //! cargo project outside the workspace, with exactly the `cargo add` lines
 //! of the `sh` block before it: the READMEs add the facade by path
 //! (`cargo add --path "$CHECKOUT/ratelimit" ...`, the crates are not on
-//! crates.io yet), and `$CHECKOUT` is this workspace.
+//! the public crate registry yet), and `$CHECKOUT` is this workspace.
 //!
 //! An example that talks to Redis (marked `no_run` for rustdoc, which has
 //! no server) reads its servers' URLs from `REDIS_URL` and
@@ -166,7 +166,7 @@ fn examples(readme: &str) -> Result<Vec<Example>, Vec<String>> {
             problems.push(format!(
                 "{name}: no `cargo add --path \"{FACADE}\" ...` line in an `sh` block before it, \
                  in its section: say which features and crates the example needs (by path: \
-                 the crates are not on crates.io, where other projects hold similar names)"
+                 the crates are not in the public crate registry, where other projects hold similar names)"
             ));
             continue;
         }
@@ -317,7 +317,7 @@ fn build(example: &Example, dir: &Path, target: &Path, servers: &Servers) -> Res
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     let hint = if stderr.contains("no matching package") || stderr.contains("failed to download") {
-        "\n(cargo could not fetch a crate: is crates.io reachable?)"
+        "\n(cargo could not fetch a crate: is the crate registry reachable?)"
     } else {
         ""
     };
