@@ -15,11 +15,31 @@ use metrics::{
 };
 use ratelimit_core::{Limiter, ManualClock, Quota, Rate};
 
-/// Remembers the names described and the series registered.
+/// Remembers the names described and every increment of every series
+/// (a series once per increment).
 #[derive(Debug, Default)]
 struct Seen {
     described: Mutex<Vec<String>>,
-    series: Mutex<Vec<String>>,
+    series: Arc<Mutex<Vec<String>>>,
+}
+
+/// A counter that writes its series into `Seen::series` on every
+/// increment.
+#[derive(Debug)]
+struct Tick {
+    series: String,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl metrics::CounterFn for Tick {
+    fn increment(&self, value: u64) {
+        let mut seen = self.seen.lock().unwrap();
+        for _ in 0..value {
+            seen.push(self.series.clone());
+        }
+    }
+
+    fn absolute(&self, _: u64) {}
 }
 
 impl Seen {
@@ -40,15 +60,12 @@ impl Seen {
             .collect()
     }
 
-    fn register(&self, key: &Key) {
+    fn name(key: &Key) -> String {
         let labels: Vec<String> = key
             .labels()
             .map(|l| format!("{}={}", l.key(), l.value()))
             .collect();
-        self.series
-            .lock()
-            .unwrap()
-            .push(format!("{}{{{}}}", key.name(), labels.join(",")));
+        format!("{}{{{}}}", key.name(), labels.join(","))
     }
 }
 
@@ -63,15 +80,15 @@ impl Recorder for Seen {
         self.described.lock().unwrap().push(key.as_str().to_owned());
     }
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        self.register(key);
-        Counter::noop()
+        Counter::from_arc(Arc::new(Tick {
+            series: Self::name(key),
+            seen: Arc::clone(&self.series),
+        }))
     }
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        self.register(key);
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
         Gauge::noop()
     }
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        self.register(key);
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
         Histogram::noop()
     }
 }
@@ -169,4 +186,53 @@ fn every_policy_checked_has_its_own_series() {
         !policies.iter().any(|p| p.contains("caller")),
         "a caller key as a label"
     );
+}
+
+/// A limiter whose quotas come with each call (a service naming each
+/// caller's state) labels its decisions `policy=per_call`: with the quota
+/// names as labels, every caller would be a series of its own, and the
+/// exporter's memory would grow with the callers.
+#[test]
+fn quotas_per_call_are_one_policy_label_not_one_per_caller() {
+    let clock = ManualClock::new(1_800_000_000_000_000);
+    let limiter = Limiter::builder_arc(Arc::new(ModelStore::with_sync(clock, true)))
+        .quotas_per_call()
+        .namespace("service")
+        .unwrap()
+        .build()
+        .unwrap();
+    let seen = Seen::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    with_local_recorder(&seen, || {
+        rt.block_on(async {
+            for caller in 0..50 {
+                let state = Quota::fixed_window(Rate::per_minute(10))
+                    .unwrap()
+                    .named(&format!("d{caller:032x}"))
+                    .unwrap();
+                limiter
+                    .check_charges(
+                        format!("caller-{caller}"),
+                        &[ratelimit_core::model::Charge::new(&state, 1)],
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+    });
+    let mut decisions = seen.series("ratelimit_decisions_total");
+    decisions.sort();
+    decisions.dedup();
+    assert_eq!(
+        decisions,
+        [
+            "ratelimit_decisions_total{namespace=service,policy=per_call,outcome=allowed,source=store}"
+        ],
+        "one series for fifty callers"
+    );
+    let mut policies = seen.series("ratelimit_policy_decisions_total");
+    policies.dedup();
+    assert_eq!(policies.len(), 1, "{policies:?}");
 }

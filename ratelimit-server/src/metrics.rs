@@ -16,11 +16,13 @@
 //! No label ever holds a caller's value unless the configuration asks for
 //! it (`detailed_metric`, `value_to_metric`).
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{OnceLock, RwLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use ratelimit_core::Source;
 
@@ -75,42 +77,135 @@ pub fn config_load_failed() {
     metrics::counter!("ratelimit_server_config_load_error_total").increment(1);
 }
 
+/// The handles of the metrics a request records, made once per label set
+/// and kept (a request then costs no label allocation and no registry
+/// lookup). At most [`HANDLES_KEPT`] label sets are kept per metric family;
+/// beyond, the handles are made per call (labels holding callers' values:
+/// `detailed_metric`, `value_to_metric`).
+struct Handles {
+    /// Per domain: the request counters for `ok`, `over_limit`, `error`.
+    requests: RwLock<HashMap<String, [Counter; 3]>>,
+    /// The request-duration histogram.
+    duration: Histogram,
+    /// Per descriptor path: total hits, within, over, shadow.
+    descriptors: RwLock<HashMap<String, [Counter; 4]>>,
+    /// Per decision source.
+    sources: RwLock<HashMap<&'static str, Counter>>,
+}
+
+/// How many label sets each family keeps handles for.
+pub const HANDLES_KEPT: usize = 10_000;
+
+static HANDLES: OnceLock<Handles> = OnceLock::new();
+
+/// The handles, made on first use (after [`install`], so that they record
+/// into the service's recorder).
+fn handles() -> &'static Handles {
+    HANDLES.get_or_init(|| {
+        install();
+        Handles {
+            requests: RwLock::default(),
+            duration: metrics::histogram!("ratelimit_server_request_duration_seconds"),
+            descriptors: RwLock::default(),
+            sources: RwLock::default(),
+        }
+    })
+}
+
+/// The handle for `key` in `map`, made by `make` on first use (and kept
+/// while fewer than [`HANDLES_KEPT`] are).
+fn cached<K, V>(
+    map: &RwLock<HashMap<K, V>>,
+    key: &str,
+    own: impl FnOnce() -> K,
+    make: impl FnOnce() -> V,
+) -> V
+where
+    K: std::borrow::Borrow<str> + std::hash::Hash + Eq,
+    V: Clone,
+{
+    if let Some(v) = map.read().unwrap_or_else(|p| p.into_inner()).get(key) {
+        return v.clone();
+    }
+    let v = make();
+    let mut m = map.write().unwrap_or_else(|p| p.into_inner());
+    if m.len() < HANDLES_KEPT {
+        m.entry(own()).or_insert_with(|| v.clone());
+    }
+    v
+}
+
 pub(crate) fn request_done(
     request: &RateLimitRequest,
     response: Option<&RateLimitResponse>,
     elapsed: Duration,
     config: &ArcSwap<Config>,
 ) {
-    let domain = if config.load().has_domain(&request.domain) {
-        request.domain.clone()
+    let h = handles();
+    let known = config.load().has_domain(&request.domain);
+    let domain = if known {
+        request.domain.as_str()
     } else {
-        "unknown".to_owned()
+        "unknown"
     };
     let code = match response {
-        Some(r) if r.overall_code == 2 => "over_limit",
-        Some(_) => "ok",
-        None => "error",
+        Some(r) if r.overall_code == 2 => 1,
+        Some(_) => 0,
+        None => 2,
     };
-    metrics::counter!("ratelimit_server_requests_total", "domain" => domain, "code" => code)
-        .increment(1);
-    metrics::histogram!("ratelimit_server_request_duration_seconds").record(elapsed.as_secs_f64());
+    let counters = cached(
+        &h.requests,
+        domain,
+        || domain.to_owned(),
+        || {
+            ["ok", "over_limit", "error"].map(|code| {
+                metrics::counter!(
+                    "ratelimit_server_requests_total",
+                    "domain" => domain.to_owned(),
+                    "code" => code
+                )
+            })
+        },
+    );
+    counters[code].increment(1);
+    h.duration.record(elapsed.as_secs_f64());
 }
 
 pub(crate) fn descriptor(key: &str, hits: u64, within: bool, shadow: bool) {
-    let key = key.to_owned();
-    metrics::counter!("ratelimit_server_total_hits", "key" => key.clone()).increment(hits);
+    let [total, within_limit, over_limit, shadow_mode] = cached(
+        &handles().descriptors,
+        key,
+        || key.to_owned(),
+        || {
+            [
+                "ratelimit_server_total_hits",
+                "ratelimit_server_within_limit",
+                "ratelimit_server_over_limit",
+                "ratelimit_server_shadow_mode",
+            ]
+            .map(|name| metrics::counter!(name, "key" => key.to_owned()))
+        },
+    );
+    total.increment(hits);
     if within {
-        metrics::counter!("ratelimit_server_within_limit", "key" => key).increment(hits);
+        within_limit.increment(hits);
     } else if shadow {
-        metrics::counter!("ratelimit_server_shadow_mode", "key" => key.clone()).increment(hits);
-        metrics::counter!("ratelimit_server_over_limit", "key" => key).increment(hits);
+        shadow_mode.increment(hits);
+        over_limit.increment(hits);
     } else {
-        metrics::counter!("ratelimit_server_over_limit", "key" => key).increment(hits);
+        over_limit.increment(hits);
     }
 }
 
 pub(crate) fn source(source: Source) {
-    metrics::counter!("ratelimit_server_decisions_total", "source" => source.label()).increment(1);
+    let label = source.label();
+    cached(
+        &handles().sources,
+        label,
+        || label,
+        || metrics::counter!("ratelimit_server_decisions_total", "source" => label),
+    )
+    .increment(1);
 }
 
 pub(crate) fn global_shadow() {

@@ -181,10 +181,12 @@ pub fn state_name(entries: &[(&str, &str)], shared: &[Option<String>]) -> String
         h.update(v.as_bytes());
     }
     let digest = h.finalize();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut name = String::with_capacity(33);
     name.push('d');
     for b in &digest[..16] {
-        name.push_str(&format!("{b:02x}"));
+        name.push(char::from(HEX[usize::from(b >> 4)]));
+        name.push(char::from(HEX[usize::from(b & 0x0f)]));
     }
     name
 }

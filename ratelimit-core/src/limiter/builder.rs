@@ -359,7 +359,7 @@ impl LimiterBuilder {
         let plain = capabilities.in_process && !cache && !self.shadow.iter().any(|&s| s);
         Ok(Limiter {
             inner: Arc::new(Inner {
-                labels: telemetry::Labels::new(&self.namespace),
+                labels: telemetry::Labels::new(&self.namespace, self.per_call),
                 store: self.store,
                 quotas: self.quotas,
                 shadow: self.shadow,

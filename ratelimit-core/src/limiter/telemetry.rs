@@ -3,7 +3,7 @@
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
-//! | `ratelimit_decisions_total` | counter | `namespace`, `policy` (the binding quota), `outcome` (`allowed`/`denied`), `source` (`store`, `fail_open`, `fail_closed`, `fallback`, `cache`, `shadow`, `lease`) |
+//! | `ratelimit_decisions_total` | counter | `namespace`, `policy` (the binding quota; `per_call` under a limiter whose quotas come with each call, [`crate::LimiterBuilder::quotas_per_call`], whose quota names are per caller), `outcome` (`allowed`/`denied`), `source` (`store`, `fail_open`, `fail_closed`, `fallback`, `cache`, `shadow`, `lease`) |
 //! | `ratelimit_policy_decisions_total` | counter | `namespace`, `policy` (every quota checked, shadow quotas included), `outcome` (that quota's own answer), `source` |
 //! | `ratelimit_store_duration_seconds` | histogram | `namespace` |
 //! | `ratelimit_store_failures_total` | counter | `namespace`, `kind` (`error`, `timeout`, `late`, `panic`, `shed`: refused at once by a busy store's admission) |
@@ -55,20 +55,130 @@ use crate::quota::Quota;
 pub(crate) struct Labels {
     #[cfg(feature = "metrics")]
     namespace: metrics::SharedString,
+    /// The limiter's quotas come with each call
+    /// ([`crate::LimiterBuilder::quotas_per_call`]): their names are
+    /// per caller (a service names each descriptor's state), so the
+    /// `policy` label is `per_call`, not the name, or every caller would
+    /// be a series of its own.
+    #[cfg(feature = "metrics")]
+    per_call: bool,
+    /// The handles of the series this limiter records, made on first use
+    /// and kept while the recorder stays the same (a decision then
+    /// allocates no label set and looks nothing up in the registry).
+    #[cfg(feature = "metrics")]
+    handles: std::sync::Arc<std::sync::RwLock<Handles>>,
+}
+
+/// A limiter's metric handles for one recorder: per `(metric, policy,
+/// outcome, source)` a counter (the policy by its name's address: the
+/// limiter's quotas, or `per_call`), and the store duration histogram.
+#[cfg(feature = "metrics")]
+#[derive(Debug, Default)]
+struct Handles {
+    /// The recorder they were made with (its address).
+    recorder: usize,
+    counters: Vec<(Series, metrics::Counter)>,
+    store: Option<metrics::Histogram>,
+}
+
+/// Which counter: the metric, the policy's name (address, 0 for
+/// `per_call`), the outcome, the source.
+#[cfg(feature = "metrics")]
+type Series = (&'static str, usize, &'static str, &'static str);
+
+/// The most counters a limiter keeps handles for (its quotas × outcomes ×
+/// sources); beyond, the handles are made per call.
+#[cfg(feature = "metrics")]
+const HANDLES_KEPT: usize = 512;
+
+/// The address of the current recorder.
+#[cfg(feature = "metrics")]
+#[inline]
+fn recorder() -> usize {
+    metrics::with_recorder(|r| {
+        std::ptr::from_ref::<dyn metrics::Recorder>(r)
+            .cast::<()>()
+            .addr()
+    })
+}
+
+#[cfg(feature = "metrics")]
+impl Labels {
+    /// The counter of `series`, made by `make` unless kept.
+    fn counter(&self, series: Series, make: impl FnOnce() -> metrics::Counter) -> metrics::Counter {
+        let current = recorder();
+        {
+            let h = self.handles.read().unwrap_or_else(|p| p.into_inner());
+            if h.recorder == current
+                && let Some((_, c)) = h.counters.iter().find(|(s, _)| *s == series)
+            {
+                return c.clone();
+            }
+        }
+        let c = make();
+        let mut h = self.handles.write().unwrap_or_else(|p| p.into_inner());
+        if h.recorder != current {
+            *h = Handles {
+                recorder: current,
+                ..Handles::default()
+            };
+        }
+        if h.counters.len() < HANDLES_KEPT {
+            h.counters.push((series, c.clone()));
+        }
+        c
+    }
+
+    /// The store duration histogram.
+    fn store_duration(&self) -> metrics::Histogram {
+        let current = recorder();
+        {
+            let h = self.handles.read().unwrap_or_else(|p| p.into_inner());
+            if h.recorder == current
+                && let Some(store) = &h.store
+            {
+                return store.clone();
+            }
+        }
+        let made = metrics::histogram!(
+            "ratelimit_store_duration_seconds",
+            "namespace" => self.namespace.clone()
+        );
+        let mut h = self.handles.write().unwrap_or_else(|p| p.into_inner());
+        if h.recorder != current {
+            *h = Handles {
+                recorder: current,
+                ..Handles::default()
+            };
+        }
+        h.store = Some(made.clone());
+        made
+    }
+
+    /// The policy's part of a series' identity.
+    fn policy_id(&self, q: &Quota) -> usize {
+        if self.per_call {
+            0
+        } else {
+            q.name_arc().as_ptr().cast::<()>().addr()
+        }
+    }
 }
 
 impl Labels {
-    pub(crate) fn new(namespace: &str) -> Self {
+    pub(crate) fn new(namespace: &str, per_call: bool) -> Self {
         #[cfg(feature = "metrics")]
         {
             described();
             Self {
                 namespace: metrics::SharedString::from_shared(std::sync::Arc::from(namespace)),
+                per_call,
+                handles: std::sync::Arc::default(),
             }
         }
         #[cfg(not(feature = "metrics"))]
         {
-            let _ = namespace;
+            let _ = (namespace, per_call);
             Self {}
         }
     }
@@ -136,10 +246,20 @@ fn describe() {
     }
 }
 
+/// The `policy` label of `q`: its name, or `per_call` under a limiter whose
+/// quotas come with each call (see [`Labels`]).
 #[cfg(feature = "metrics")]
-fn policy(q: &Quota) -> metrics::SharedString {
-    metrics::SharedString::from_shared(q.name_arc().clone())
+fn policy(labels: &Labels, q: &Quota) -> metrics::SharedString {
+    if labels.per_call {
+        metrics::SharedString::const_str(PER_CALL)
+    } else {
+        metrics::SharedString::from_shared(q.name_arc().clone())
+    }
 }
+
+/// The `policy` label of every decision of a limiter whose quotas come with
+/// each call.
+pub(crate) const PER_CALL: &str = "per_call";
 
 /// The span every decision runs in.
 #[inline]
@@ -185,14 +305,25 @@ pub(crate) fn decision(labels: &Labels, quota: &Quota, d: &Decision, span: Optio
     #[cfg(feature = "metrics")]
     described();
     #[cfg(feature = "metrics")]
-    metrics::counter!(
-        "ratelimit_decisions_total",
-        "namespace" => labels.namespace.clone(),
-        "policy" => policy(quota),
-        "outcome" => outcome(),
-        "source" => d.source.label()
-    )
-    .increment(1);
+    labels
+        .counter(
+            (
+                "ratelimit_decisions_total",
+                labels.policy_id(quota),
+                outcome(),
+                d.source.label(),
+            ),
+            || {
+                metrics::counter!(
+                    "ratelimit_decisions_total",
+                    "namespace" => labels.namespace.clone(),
+                    "policy" => policy(labels, quota),
+                    "outcome" => outcome(),
+                    "source" => d.source.label()
+                )
+            },
+        )
+        .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = labels;
 }
@@ -203,14 +334,26 @@ pub(crate) fn policy_decision(labels: &Labels, quota: &Quota, d: &Decision) {
     #[cfg(feature = "metrics")]
     {
         let denied = !d.allowed || d.source == crate::decision::Source::Shadow;
-        metrics::counter!(
-            "ratelimit_policy_decisions_total",
-            "namespace" => labels.namespace.clone(),
-            "policy" => policy(quota),
-            "outcome" => if denied { "denied" } else { "allowed" },
-            "source" => d.source.label()
-        )
-        .increment(1);
+        let outcome = if denied { "denied" } else { "allowed" };
+        labels
+            .counter(
+                (
+                    "ratelimit_policy_decisions_total",
+                    labels.policy_id(quota),
+                    outcome,
+                    d.source.label(),
+                ),
+                || {
+                    metrics::counter!(
+                        "ratelimit_policy_decisions_total",
+                        "namespace" => labels.namespace.clone(),
+                        "policy" => policy(labels, quota),
+                        "outcome" => outcome,
+                        "source" => d.source.label()
+                    )
+                },
+            )
+            .increment(1);
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (labels, quota, d);
@@ -232,11 +375,9 @@ impl Started {
 
     pub(crate) fn record(self, labels: &Labels) {
         #[cfg(feature = "metrics")]
-        metrics::histogram!(
-            "ratelimit_store_duration_seconds",
-            "namespace" => labels.namespace.clone()
-        )
-        .record(self.at.elapsed().as_secs_f64());
+        labels
+            .store_duration()
+            .record(self.at.elapsed().as_secs_f64());
         #[cfg(not(feature = "metrics"))]
         let _ = labels;
     }
@@ -279,7 +420,7 @@ pub(crate) fn cache_hit(labels: &Labels, quota: &Quota) {
     metrics::counter!(
         "ratelimit_deny_cache_hits_total",
         "namespace" => labels.namespace.clone(),
-        "policy" => policy(quota)
+        "policy" => policy(labels, quota)
     )
     .increment(1);
     #[cfg(not(feature = "metrics"))]
@@ -291,7 +432,7 @@ pub(crate) fn shadow_denial(labels: &Labels, quota: &Quota) {
     metrics::counter!(
         "ratelimit_shadow_denials_total",
         "namespace" => labels.namespace.clone(),
-        "policy" => policy(quota)
+        "policy" => policy(labels, quota)
     )
     .increment(1);
     #[cfg(not(feature = "metrics"))]

@@ -1,0 +1,97 @@
+//! The heap allocations of one `ShouldRateLimit` request in the service
+//! (in process, the local store, after every caller's first request), held
+//! to the numbers measured when the request path was last tuned: a change
+//! that allocates more per request fails here, by name and number.
+//! `benches/request_cost.rs` measures the same with the time per request.
+//!
+//! The counting allocator is `stats_alloc`'s, for this test binary only.
+
+use std::alloc::System;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use ratelimit_local::LocalStore;
+use ratelimit_server::{Config, RateLimitService, Settings};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const CONFIG: &str = "domain: cost
+descriptors:
+  - key: a
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1000000000
+  - key: b
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1000000000
+  - key: c
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1000000000
+";
+
+/// Allocations per request, by descriptors per request (1, 2, 3): the
+/// numbers of the tuned path, plus one for a map's occasional growth.
+const BUDGET: [f64; 3] = [25.0, 41.0, 55.0];
+
+fn request(n: usize, key: u64) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "cost".into(),
+        descriptors: ["a", "b", "c"][..n]
+            .iter()
+            .map(|k| RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: (*k).into(),
+                    value: format!("caller-{key}"),
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+#[test]
+fn a_request_allocates_within_its_budget() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let service = RateLimitService::new(
+        Arc::new(LocalStore::new()),
+        Config::from_yaml_str("cost.yaml", CONFIG).expect("config"),
+        Settings::default(),
+        "local",
+    )
+    .expect("service");
+    let mut measured = Vec::new();
+    rt.block_on(async {
+        for n in 1..=3 {
+            let requests: Vec<RateLimitRequest> = (0..200).map(|k| request(n, k)).collect();
+            // Every caller's first request (its state is created).
+            for r in &requests {
+                service.should_rate_limit(r).await.expect("answer");
+            }
+            let region = Region::new(GLOBAL);
+            for r in &requests {
+                service.should_rate_limit(r).await.expect("answer");
+            }
+            let used = region.change();
+            measured.push((used.allocations + used.reallocations) as f64 / 200.0);
+        }
+    });
+    for (i, (m, budget)) in measured.iter().zip(BUDGET).enumerate() {
+        assert!(
+            *m <= budget,
+            "{} descriptor(s): {m} allocations per request, over the budget of {budget} \
+             (all: {measured:?})",
+            i + 1
+        );
+    }
+    println!("allocations per request, 1 to 3 descriptors: {measured:?}");
+}
