@@ -259,7 +259,8 @@ fn policy(labels: &Labels, q: &Quota) -> metrics::SharedString {
 
 /// The `policy` label of every decision of a limiter whose quotas come with
 /// each call.
-pub(crate) const PER_CALL: &str = "per_call";
+#[cfg(feature = "metrics")]
+const PER_CALL: &str = "per_call";
 
 /// The span every decision runs in.
 #[inline]
