@@ -498,7 +498,7 @@ async fn forgetting_a_caller_to_make_room_is_rejected() {
 /// Requests of cost above 1 decided optimistically, the retry after a
 /// conflict charging 1: right one at a time and under concurrency of cost
 /// 1; the concurrency check with costs above 1 rejects it, whether the
-/// store answers ready or pending. Each round makes about 280 requests on
+/// store answers ready or pending. Each round makes 264 requests on
 /// 8 threads, two thirds of them of cost above 1, each holding a 20 µs
 /// window between its read and its write. Run 20 times in a row (`cargo
 /// test -p ratelimit-testkit --test wrong_stores losing_the_cost` in a

@@ -580,8 +580,8 @@ const COSTS: [u64; 9] = [3, 1, 7, 2, 1, 5, 13, 1, 4];
 /// Contract 9 with **costs above 1**: the same threads over the same
 /// instances, released together on one key under a frozen clock, send
 /// requests whose costs cycle through 3, 1, 7, 2, 1, 5, 13, 1 and 4
-/// (thread `i`'s request `j` costs the `(i + j)`-th), about three times the
-/// limit in all. The units of the admitted requests must never exceed the
+/// (thread `i`'s request `j` costs the `(i + j)`-th), three to four times
+/// the limit in all. The units of the admitted requests must never exceed the
 /// limit (more is a lost update, or a cost taken for less than it is), and
 /// no request may be denied while the units admitted leave room for it
 /// (a false denial): since requests of cost 1 are denied at the end, every
