@@ -1,4 +1,4 @@
-//! The shared conformance suite (contracts 1-9 and 11) against a real 6-node Redis
+//! The shared conformance suite (contracts 1-14) against a real 6-node Redis
 //! Cluster, once per client (redis-rs with one connection per node,
 //! redis-rs' `ClusterConnection`, fred), all on one cluster.
 

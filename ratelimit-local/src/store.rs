@@ -726,7 +726,8 @@ impl LocalStore {
 }
 
 /// Answers in place, always ([`Capabilities::in_process`]); atomic across a
-/// request's charges; decides by the store's clock.
+/// request's charges; decides by the store's clock; reports its bound on
+/// entries ([`Capabilities::max_callers`]) when one was set.
 impl Store for LocalStore {
     #[inline]
     fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
@@ -746,6 +747,7 @@ impl Store for LocalStore {
             .atomic(true)
             .in_process(true)
             .shared_clock(Some(self.clock.clone()))
+            .max_callers((self.max_callers != usize::MAX).then_some(self.max_callers))
     }
 }
 

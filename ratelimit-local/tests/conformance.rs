@@ -1,6 +1,7 @@
-//! The shared conformance suite (contracts 1-9 and 11) against `LocalStore`, at
-//! the in-process case counts: with the default sweep, and with a sweep step
-//! on every call.
+//! The shared conformance suite (contracts 1-14) against `LocalStore`, at
+//! the in-process case counts: with the default sweep, with a sweep step
+//! on every call, and bounded in the callers it keeps (contract 14 checks
+//! the bound; the unbounded stores report none).
 
 mod common;
 
@@ -30,6 +31,26 @@ impl StoreFactory for SweepEveryCall {
     }
 }
 
+/// Stores bounded to 256 entries ([`LocalStore::max_callers`], reported in
+/// their capabilities): full, a store must refuse a new caller and forget
+/// none of the ones it keeps.
+struct Bounded;
+
+/// The bound of [`Bounded`]'s stores.
+const BOUND: usize = 256;
+
+#[async_trait::async_trait]
+impl StoreFactory for Bounded {
+    async fn stores(&self, n: usize, clock: Option<ManualClock>) -> Vec<Arc<dyn Store>> {
+        let store = match clock {
+            Some(c) => LocalStore::with_clock(c),
+            None => LocalStore::with_clock(SystemClock),
+        };
+        let store: Arc<dyn Store> = Arc::new(store.max_callers(BOUND));
+        vec![store; n]
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn dashmap_store_meets_every_contract() {
     let t = std::time::Instant::now();
@@ -42,6 +63,15 @@ async fn dashmap_store_meets_every_contract() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_sweeping_on_every_call_meets_every_contract() {
     if let Err(v) = run_all(&SweepEveryCall, &SuiteConfig::in_process()).await {
+        panic!("{v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_bounded_in_its_callers_meets_every_contract() {
+    let store = Bounded.stores(1, None).await;
+    assert_eq!(store[0].capabilities().max_callers, Some(BOUND));
+    if let Err(v) = run_all(&Bounded, &SuiteConfig::in_process()).await {
         panic!("{v}");
     }
 }

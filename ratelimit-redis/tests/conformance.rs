@@ -1,4 +1,4 @@
-//! The shared conformance suite (contracts 1-11) against a real Redis
+//! The shared conformance suite (contracts 1-14) against a real Redis
 //! server, once per client library, and once more with every decision sent
 //! through the batch script: model agreement with the injected clock, the
 //! invariants and the concurrency bounds (whose many threads at once also

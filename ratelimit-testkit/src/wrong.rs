@@ -114,7 +114,31 @@ pub enum Flaw {
     /// (`Capabilities::bounded`: the limiter then arms no timer), then
     /// never answers a request whose deadline has passed.
     HangsDespiteBounded,
+    /// Right with a deadline, wrong without one (every call counts as cost
+    /// 1): what the `StoreExt` shorthands send, and a suite that always
+    /// sends a deadline would never see.
+    WrongWithoutDeadline,
+    /// Refuses a request `Request::check` refuses, but first counts the
+    /// charges in it that are valid on their own (each quota once).
+    CountsRefused,
+    /// Full (at its reported bound on callers), forgets the caller written
+    /// longest ago to make room for a new one, instead of refusing the new
+    /// caller: a caller over its limit is then let in again.
+    ForgetsToMakeRoom,
+    /// A request of cost above 1 is decided optimistically (read, decide,
+    /// write back if nothing changed in between, as a compare-and-swap);
+    /// on a conflict the retry charges cost 1. Answers ready.
+    CostLostOnRetry,
+    /// [`Flaw::CostLostOnRetry`], answering through a future (pending, as a
+    /// network store does).
+    PendingCostLostOnRetry,
 }
+
+/// The bound on entries (caller and quota) every [`WrongStore`] reports
+/// ([`Capabilities::max_callers`]) and keeps: when full, a new entry is
+/// refused ([`StoreError::Unavailable`]), except under
+/// [`Flaw::ForgetsToMakeRoom`].
+pub const WRONG_MAX_CALLERS: usize = 1024;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -126,7 +150,8 @@ struct Entry {
 
 type Map = Arc<Mutex<HashMap<Vec<u8>, Entry>>>;
 
-/// The core model behind [`Store::decide`], with one [`Flaw`].
+/// The core model behind [`Store::decide`], with one [`Flaw`], keeping at
+/// most [`WRONG_MAX_CALLERS`] entries (and reporting it).
 #[derive(Debug)]
 pub struct WrongStore {
     flaw: Flaw,
@@ -209,6 +234,71 @@ impl WrongStore {
         }
     }
 
+    /// Room for `new` more entries in `map` at `now`: expired entries are
+    /// dropped first; then, if the map is still full, the request is
+    /// refused, or (the flaw) the entries written longest ago are
+    /// forgotten.
+    fn room(&self, map: &mut HashMap<Vec<u8>, Entry>, new: usize, now: Micros) -> Result<()> {
+        if new == 0 || map.len() + new <= WRONG_MAX_CALLERS {
+            return Ok(());
+        }
+        map.retain(|_, e| e.expires > now);
+        while map.len() + new > WRONG_MAX_CALLERS {
+            if self.flaw != Flaw::ForgetsToMakeRoom {
+                return Err(StoreError::Unavailable {
+                    domain: "the wrong store".to_owned(),
+                    reason: format!("full: {} entries", map.len()),
+                });
+            }
+            let oldest = map
+                .iter()
+                .min_by_key(|(_, e)| e.written)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => map.remove(&k),
+                None => break,
+            };
+        }
+        Ok(())
+    }
+
+    /// One quota of cost above 1 under [`Flaw::CostLostOnRetry`]: read,
+    /// decide and write back if the entry did not change in between; on a
+    /// conflict, decide again at cost 1.
+    fn decide_optimistic(&self, key: &[u8], quota: &Quota, cost: u64) -> Result<Decision> {
+        let k = self.map_key(key, quota);
+        let now = self.clock.now();
+        let mut cost = cost;
+        loop {
+            let read = lock(&self.map).get(&k).cloned();
+            // The moment between the read and the write (a round trip).
+            std::thread::sleep(Duration::from_micros(20));
+            let prior = read
+                .as_ref()
+                .filter(|e| e.expires > now)
+                .map(|e| e.state.clone());
+            let step = model::decide(quota, prior, now, cost)?;
+            let mut map = lock(&self.map);
+            let version = |e: Option<&Entry>| e.map(|e| e.calls);
+            if version(map.get(&k)) == version(read.as_ref()) {
+                self.room(&mut map, usize::from(read.is_none()), now)?;
+                let calls = read.map_or(0, |e| e.calls) + 1;
+                map.insert(
+                    k,
+                    Entry {
+                        state: step.state,
+                        calls,
+                        written: now,
+                        expires: now + step.ttl,
+                    },
+                );
+                return Ok(step.decision);
+            }
+            // Changed in between: decide again, and (the flaw) charge 1.
+            cost = 1;
+        }
+    }
+
     /// One quota: the model, with the flaw.
     fn decide_one(&self, key: &[u8], quota: &Quota, cost: u64, deadline: bool) -> Result<Decision> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
@@ -227,6 +317,9 @@ impl WrongStore {
         // store is atomic), except in the racy store's one call in 64.
         let mut map = lock(&self.map);
         let entry = cached.or_else(|| map.get(&k).cloned());
+        if !map.contains_key(&k) {
+            self.room(&mut map, 1, now)?;
+        }
         if self.flaw == Flaw::Racy && n.is_multiple_of(64) {
             // A round trip between the read and the write, holding no lock.
             drop(map);
@@ -265,6 +358,9 @@ impl WrongStore {
         }
         let (effective, mut cost) = self.effective(quota, cost);
         if self.flaw == Flaw::WrongWithDeadline && deadline {
+            cost = 1;
+        }
+        if self.flaw == Flaw::WrongWithoutDeadline && !deadline {
             cost = 1;
         }
         let step = model::decide(&effective, prior, now, cost)?;
@@ -337,6 +433,8 @@ impl WrongStore {
             })
             .collect();
         let mut map = lock(&self.map);
+        let new = keys.iter().filter(|k| !map.contains_key(*k)).count();
+        self.room(&mut map, new, now)?;
         let states: Vec<Option<State>> = keys
             .iter()
             .map(|k| {
@@ -388,7 +486,24 @@ impl WrongStore {
     }
 
     fn answer(&self, request: Request<'_>) -> Result<Decisions> {
-        request.check()?;
+        if let Err(e) = request.check() {
+            if self.flaw == Flaw::CountsRefused {
+                // The charges valid on their own, each quota once, counted.
+                let mut valid: Vec<Charge<'_>> = Vec::new();
+                for c in request.charges {
+                    let seen = valid.iter().any(|v| {
+                        v.quota.name() == c.quota.name() && v.quota.kind() == c.quota.kind()
+                    });
+                    if !seen && c.quota.check_cost(c.cost).is_ok() {
+                        valid.push(*c);
+                    }
+                }
+                if !valid.is_empty() {
+                    let _ = self.carry_out(&Request::new(request.key, &valid));
+                }
+            }
+            return Err(e);
+        }
         if request.deadline.has_passed() {
             match self.flaw {
                 Flaw::IgnoresDeadline => {}
@@ -407,6 +522,15 @@ impl WrongStore {
     fn carry_out(&self, request: &Request<'_>) -> Result<Decisions> {
         let deadline = !request.deadline.is_none();
         match request.charges {
+            [c] if c.cost > 1
+                && matches!(
+                    self.flaw,
+                    Flaw::CostLostOnRetry | Flaw::PendingCostLostOnRetry
+                ) =>
+            {
+                self.decide_optimistic(request.key, c.quota, c.cost)
+                    .map(Decisions::one)
+            }
             [c] => self
                 .decide_one(request.key, c.quota, c.cost, deadline)
                 .map(Decisions::one),
@@ -418,7 +542,9 @@ impl WrongStore {
 impl Store for WrongStore {
     fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
         match self.flaw {
-            Flaw::PendingDespiteInProcess => Answer::pending(async move { self.answer(request) }),
+            Flaw::PendingDespiteInProcess | Flaw::PendingCostLostOnRetry => {
+                Answer::pending(async move { self.answer(request) })
+            }
             Flaw::HangsDespiteBounded if request.deadline.has_passed() => {
                 Answer::pending(std::future::pending())
             }
@@ -433,9 +559,13 @@ impl Store for WrongStore {
                 self.flaw,
                 Flaw::NonAtomicDefault | Flaw::RacySets
             ))
-            .in_process(self.flaw != Flaw::HangsDespiteBounded)
+            .in_process(!matches!(
+                self.flaw,
+                Flaw::HangsDespiteBounded | Flaw::PendingCostLostOnRetry
+            ))
             .bounded(self.flaw == Flaw::HangsDespiteBounded)
             .shared_clock(Some(self.clock.clone()))
+            .max_callers(Some(WRONG_MAX_CALLERS))
     }
 }
 

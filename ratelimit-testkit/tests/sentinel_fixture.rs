@@ -1,6 +1,8 @@
 //! The Sentinel fixture: a replica the sentinel knows, and a failover
 //! after the primary is killed.
 
+#![cfg(feature = "redis")]
+
 use std::time::Duration;
 
 use ratelimit_testkit::sentinel::RedisSentinel;

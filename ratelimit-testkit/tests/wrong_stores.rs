@@ -429,9 +429,113 @@ async fn the_limiters_fallback_store_passes_everything() {
                 Some(c) => Arc::new(c),
                 None => Arc::new(ratelimit_core::SystemClock),
             };
-            let s: Arc<dyn Store> = Arc::new(ratelimit_core::FallbackStore::new(clock, 100_000));
+            // Bounded (4,096 callers, reported): contract 14 checks it forgets
+            // no one when full.
+            let s: Arc<dyn Store> = Arc::new(ratelimit_core::FallbackStore::new(clock, 4_096));
             vec![s; n]
         }
     }
     conformance::run_all(&Fallback, &config()).await.unwrap();
+}
+
+/// The `StoreExt` shorthands send no deadline: a store wrong only then
+/// passes every contract that sends one, and is caught by contract 12.
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_only_without_a_deadline_is_rejected() {
+    let f = Factory(Flaw::WrongWithoutDeadline);
+    conformance::model_agreement(&f, &config())
+        .await
+        .expect("requests with a deadline are right");
+    conformance::quotas_atomic(&f, &config())
+        .await
+        .expect("sets with a deadline are right");
+    let v = assert_rejected(
+        conformance::no_deadline(&f, &config()).await,
+        Contract::NoDeadline,
+    );
+    assert!(v.message.contains("None"), "{v}");
+}
+
+/// A store that refuses what `Request::check` refuses, but counts the
+/// charges that were valid on their own first: no other contract sends
+/// such a request; contract 13 finds the count in the next decision.
+#[tokio::test(flavor = "multi_thread")]
+async fn counting_a_refused_request_is_rejected() {
+    let f = Factory(Flaw::CountsRefused);
+    conformance::model_agreement(&f, &config())
+        .await
+        .expect("valid requests are right");
+    conformance::quotas_atomic(&f, &config())
+        .await
+        .expect("valid sets are right");
+    let v = assert_rejected(
+        conformance::refusals(&f, &config()).await,
+        Contract::Refusals,
+    );
+    assert!(
+        v.message.contains("counting none of the refused requests"),
+        "{v}"
+    );
+}
+
+/// Full, it forgets the caller written longest ago instead of refusing the
+/// new one: every contract with a few callers passes; contract 14, with
+/// more callers than the store reports it keeps, finds a caller over its
+/// limit admitted again.
+#[tokio::test(flavor = "multi_thread")]
+async fn forgetting_a_caller_to_make_room_is_rejected() {
+    let f = Factory(Flaw::ForgetsToMakeRoom);
+    conformance::model_agreement(&f, &config())
+        .await
+        .expect("a store that is never full is right");
+    let v = assert_rejected(
+        conformance::capacity(&f, &config()).await,
+        Contract::Capacity,
+    );
+    assert!(v.message.contains("forgot a caller over its limit"), "{v}");
+}
+
+/// Requests of cost above 1 decided optimistically, the retry after a
+/// conflict charging 1: right one at a time and under concurrency of cost
+/// 1; the concurrency check with costs above 1 rejects it, whether the
+/// store answers ready or pending. Each round makes 264 requests on
+/// 8 threads, two thirds of them of cost above 1, each holding a 20 µs
+/// window between its read and its write. Run 20 times in a row (`cargo
+/// test -p ratelimit-testkit --test wrong_stores losing_the_cost` in a
+/// loop): rejected every time.
+#[tokio::test(flavor = "multi_thread")]
+async fn losing_the_cost_on_a_conflict_is_rejected() {
+    for flaw in [Flaw::CostLostOnRetry, Flaw::PendingCostLostOnRetry] {
+        let f = Factory(flaw);
+        conformance::model_agreement(&f, &config())
+            .await
+            .unwrap_or_else(|v| panic!("{flaw:?}: one at a time it is right: {v}"));
+        conformance::concurrency(&f, &config())
+            .await
+            .unwrap_or_else(|v| panic!("{flaw:?}: cost 1 under concurrency is right: {v}"));
+        let v = assert_rejected(
+            conformance::concurrency_costs(&f, &config()).await,
+            Contract::Concurrency,
+        );
+        assert!(v.message.contains("over-admitted"), "{flaw:?}: {v}");
+    }
+}
+
+/// The contracts that close the suite's blind spots pass on the flawless
+/// store, ready and reporting a bound on its callers, and so every
+/// rejection above is the flaw's.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_flawless_store_meets_the_new_contracts() {
+    let f = Factory(Flaw::None);
+    for (name, result) in [
+        ("no_deadline", conformance::no_deadline(&f, &config()).await),
+        ("refusals", conformance::refusals(&f, &config()).await),
+        ("capacity", conformance::capacity(&f, &config()).await),
+        (
+            "concurrency_costs",
+            conformance::concurrency_costs(&f, &config()).await,
+        ),
+    ] {
+        result.unwrap_or_else(|v| panic!("{name}: {v}"));
+    }
 }

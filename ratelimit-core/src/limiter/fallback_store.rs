@@ -176,7 +176,8 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 /// Answers in place; atomic across a request's charges; the limiter's
-/// clock.
+/// clock; reports its bound on callers ([`Capabilities::max_callers`]:
+/// the bound given to [`FallbackStore::new`], rounded up).
 impl Store for FallbackStore {
     fn decide<'a>(&'a self, request: Request<'a>) -> Answer<'a> {
         Answer::ready(self.answer(request))
@@ -187,5 +188,6 @@ impl Store for FallbackStore {
             .atomic(true)
             .in_process(true)
             .shared_clock(Some(self.clock.clone()))
+            .max_callers(Some(self.per_shard * SHARDS))
     }
 }

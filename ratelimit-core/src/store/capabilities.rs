@@ -10,7 +10,7 @@ use crate::clock::Clock;
 ///
 /// The default promises nothing: not atomic across charges, not in
 /// process, no clock of its own, no failure domains, no bound of its own
-/// on a call.
+/// on a call, no bound reported on the callers it keeps.
 ///
 /// ```
 /// use ratelimit_core::store::Capabilities;
@@ -59,6 +59,19 @@ pub struct Capabilities {
     /// deadline hangs its caller: leave it `false` unless every path is
     /// bounded.
     pub bounded: bool,
+    /// The most callers the store keeps state for at once, when it keeps
+    /// a bound (`None`: no bound reported). A caller under one quota counts
+    /// once; a store may count a caller once per quota it has state under
+    /// (`ratelimit-local`'s `LocalStore::max_callers`) or once across its
+    /// quotas (the limiter's [`FallbackStore`](crate::FallbackStore)).
+    ///
+    /// A store that reports it promises what it does when full: a request
+    /// that would track a new caller is refused with an error (the limiter
+    /// answers it by its failure policy), and a tracked caller is **never
+    /// forgotten to make room** (a caller over its limit would be let in
+    /// again); room comes back only as tracked callers' state expires.
+    /// `ratelimit-testkit` checks this for a store that reports it.
+    pub max_callers: Option<usize>,
 }
 
 impl Capabilities {
@@ -95,6 +108,12 @@ impl Capabilities {
     /// Sets [`Capabilities::bounded`].
     pub fn bounded(mut self, bounded: bool) -> Self {
         self.bounded = bounded;
+        self
+    }
+
+    /// Sets [`Capabilities::max_callers`].
+    pub fn max_callers(mut self, max_callers: Option<usize>) -> Self {
+        self.max_callers = max_callers;
         self
     }
 

@@ -18,7 +18,9 @@ use super::{Contract, StoreFactory, SuiteConfig, Violation};
 /// The limit of the deterministic shared-state check.
 const SHARED_LIMIT: u64 = 50;
 
-fn quota(kind: AlgorithmKind, window: Duration, limit: u64) -> Quota {
+/// A quota of `limit` per `window` of `kind`; a token bucket holds `limit`
+/// and refills one token per `window`.
+pub(crate) fn quota(kind: AlgorithmKind, window: Duration, limit: u64) -> Quota {
     let rate = Rate::new(limit, window);
     match kind {
         AlgorithmKind::FixedWindow => Quota::fixed_window(rate),
@@ -30,7 +32,13 @@ fn quota(kind: AlgorithmKind, window: Duration, limit: u64) -> Quota {
     .expect("valid quota")
 }
 
-fn violation(contract: Contract, quota: &Quota, setup: String, message: String) -> Violation {
+/// A violation of `contract` on `quota`, with the run's setup as its sequence.
+pub(crate) fn violation(
+    contract: Contract,
+    quota: &Quota,
+    setup: String,
+    message: String,
+) -> Violation {
     Violation {
         contract,
         message,
@@ -554,6 +562,132 @@ pub async fn concurrency_sets(
             return Err(violation(
                 Contract::Concurrency,
                 &a,
+                setup,
+                format!(
+                    "no interleaving: the threads ran one after another ({switches} switches, at \
+                     least {needed} needed), so the run proves nothing about concurrency"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The costs of [`concurrency_costs`]' requests, cycled through: a third of
+/// them cost 1, so that the quota is used up to its last unit.
+const COSTS: [u64; 9] = [3, 1, 7, 2, 1, 5, 13, 1, 4];
+
+/// Contract 9 with **costs above 1**: the same threads over the same
+/// instances, released together on one key under a frozen clock, send
+/// requests whose costs cycle through 3, 1, 7, 2, 1, 5, 13, 1 and 4
+/// (thread `i`'s request `j` costs the `(i + j)`-th), three to four times
+/// the limit in all. The units of the admitted requests must never exceed the
+/// limit (more is a lost update, or a cost taken for less than it is), and
+/// no request may be denied while the units admitted leave room for it
+/// (a false denial): since requests of cost 1 are denied at the end, every
+/// round admits **exactly** the limit.
+///
+/// Whatever the store answers, ready ([`ratelimit_core::store::Answer::ready`])
+/// or pending, each thread waits for its answer; the wrong-store corpus
+/// shows the check catching a store that loses the cost of a request on a
+/// conflict either way. For each algorithm, `concurrency_rounds / 2` rounds
+/// (at least 1) on fresh keys; the limit is `concurrency_limit` (at least
+/// 16).
+pub async fn concurrency_costs(
+    factory: &dyn StoreFactory,
+    config: &SuiteConfig,
+) -> Result<(), Violation> {
+    let handle = Handle::current();
+    let instances = config.instances.max(1);
+    let threads = (instances * config.threads_per_instance).max(2);
+    let limit = config.concurrency_limit.max(16);
+    let sum: u64 = COSTS.iter().sum();
+    let len = COSTS.len() as u64;
+    let per_thread = (3 * limit * len).div_ceil(sum).div_ceil(threads as u64) + len;
+    let setup = format!(
+        "{instances} store instances × {} OS threads each, released together, one key, \
+         {per_thread} requests per thread, thread i's request j costing {COSTS:?}[(i + j) % {}], \
+         frozen clock",
+        threads / instances,
+        COSTS.len()
+    );
+    for kind in AlgorithmKind::ALL {
+        let q = quota(kind, Duration::from_secs(60), limit);
+        let singles: Vec<[Charge<'_>; 1]> = COSTS.iter().map(|&c| [Charge::new(&q, c)]).collect();
+        let shapes: Vec<&[Charge<'_>]> = singles.iter().map(|s| &s[..]).collect();
+        let rounds = (config.concurrency_rounds / 2).max(1);
+        let mut switches = 0;
+        for round in 0..rounds {
+            let clock = ManualClock::new(T0 + 17);
+            let stores = factory.stores(instances, Some(clock)).await;
+            let key = case_prefix();
+            let run = tokio::task::block_in_place(|| {
+                run_threads(&handle, &stores, threads, &shapes, &key, per_thread, None)
+            });
+            if run.errors > 0 {
+                return Err(violation(
+                    Contract::Concurrency,
+                    &q,
+                    setup,
+                    format!(
+                        "{} of {} requests failed in round {round}; first error: {}",
+                        run.errors,
+                        run.calls(),
+                        run.first_error.unwrap_or_default()
+                    ),
+                ));
+            }
+            // Thread i's request j was of shape (i + j) % len.
+            let mut sent = vec![0u64; COSTS.len()];
+            for (i, &n) in run.calls.iter().enumerate() {
+                for j in 0..usize::try_from(n).unwrap_or(usize::MAX) {
+                    sent[(i + j) % COSTS.len()] += 1;
+                }
+            }
+            let units: u64 = run.by_shape.iter().zip(COSTS).map(|(a, c)| a * c).sum();
+            let admitted: Vec<(u64, u64, u64)> = COSTS
+                .iter()
+                .zip(&sent)
+                .zip(&run.by_shape)
+                .map(|((&c, &n), &a)| (c, a, n))
+                .collect();
+            if units > limit {
+                return Err(violation(
+                    Contract::Concurrency,
+                    &q,
+                    setup,
+                    format!(
+                        "round {round}: admitted requests worth {units} units at one instant, but \
+                         the limit is {limit}: concurrent requests of cost above 1 over-admitted \
+                         (a lost update, or a cost taken for less than it is); (cost, admitted, \
+                         sent): {admitted:?}"
+                    ),
+                ));
+            }
+            let least_denied = admitted
+                .iter()
+                .filter(|(_, a, n)| n > a)
+                .map(|&(c, _, _)| c)
+                .min();
+            if let Some(c) = least_denied.filter(|&c| units + c <= limit) {
+                return Err(violation(
+                    Contract::Concurrency,
+                    &q,
+                    setup,
+                    format!(
+                        "round {round}: a request of cost {c} was denied, yet the admitted \
+                         requests are worth only {units} of the limit {limit}: under-admitted \
+                         (a false denial); (cost, admitted, sent): {admitted:?}"
+                    ),
+                ));
+            }
+            switches += run.switches;
+        }
+        let needed = u64::from(rounds) * threads as u64;
+        if switches < needed {
+            return Err(violation(
+                Contract::Concurrency,
+                &q,
                 setup,
                 format!(
                     "no interleaving: the threads ran one after another ({switches} switches, at \

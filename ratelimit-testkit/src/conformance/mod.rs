@@ -1,4 +1,4 @@
-//! The conformance suite: contracts 1-9 and 11 of the design, checked for any store.
+//! The conformance suite: contracts 1-14 of the design, checked for any store.
 //!
 //! Every function takes a [`StoreFactory`] and a [`SuiteConfig`], runs
 //! proptest-generated sequences of `(time, key, policy, cost)` calls against
@@ -15,11 +15,13 @@
 //! the log of admitted calls; they do not reuse the model's arithmetic.
 
 mod atomic;
+mod capacity;
 mod checks;
 mod concurrency;
 mod deadlines;
 mod door;
 mod oracle;
+mod requests;
 mod scenario;
 
 use std::fmt;
@@ -30,15 +32,17 @@ use async_trait::async_trait;
 use ratelimit_core::{ManualClock, Store};
 
 pub use atomic::quotas_atomic;
+pub use capacity::capacity;
 pub use checks::{
     fixed_window_bound, keys_isolated, model_agreement, retry_after_exact, sliding_log_exact,
     sliding_window_rule, state_expires, token_bucket_bound,
 };
 pub use concurrency::{
-    ConcurrencyReport, concurrency, concurrency_report, concurrency_server_clock, concurrency_sets,
-    shared_state,
+    ConcurrencyReport, concurrency, concurrency_costs, concurrency_report,
+    concurrency_server_clock, concurrency_sets, shared_state,
 };
 pub use deadlines::deadlines;
+pub use requests::{no_deadline, refusals};
 
 /// Makes the stores under test.
 ///
@@ -170,8 +174,12 @@ impl SuiteConfig {
     }
 }
 
-/// The contracts of the design (section 4). Contract 9 has two parts, each
-/// its own function: [`shared_state`] and [`concurrency`].
+/// The contracts of the design (section 4), 1-11, and 12-14, which check
+/// the requests a store author might not think of: none with a deadline,
+/// ones that must be refused, more callers than a bounded store keeps.
+/// Contract 9 has two parts: [`shared_state`], and [`concurrency`] (with
+/// [`concurrency_costs`], [`concurrency_sets`] and
+/// [`concurrency_server_clock`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Contract {
     /// 1: decisions equal the core model's, call for call.
@@ -200,6 +208,14 @@ pub enum Contract {
     /// 11: with several quotas, a call is admitted only if every quota
     /// admits it, and a denied call is counted in no quota.
     Atomicity = 11,
+    /// 12: a request with no deadline is decided as any other.
+    NoDeadline = 12,
+    /// 13: a request `Request::check` refuses is refused with an error and
+    /// counts nothing.
+    Refusals = 13,
+    /// 14: a store that reports a bound on its callers, when full, refuses
+    /// a new caller and never forgets a tracked one to make room.
+    Capacity = 14,
 }
 
 impl Contract {
@@ -227,6 +243,9 @@ impl fmt::Display for Contract {
             Self::Concurrency => "concurrency",
             Self::Deadline => "nothing counted after the deadline",
             Self::Atomicity => "several quotas, all or nothing",
+            Self::NoDeadline => "requests without a deadline",
+            Self::Refusals => "refused requests count nothing",
+            Self::Capacity => "a full store forgets no one",
         };
         write!(f, "contract {} ({name})", self.number())
     }
@@ -255,12 +274,18 @@ impl fmt::Display for Violation {
 
 impl std::error::Error for Violation {}
 
-/// Runs every contract, 1 to 11, and returns the first violation: 1-8,
-/// 9 ([`shared_state`], [`concurrency`], and [`concurrency_sets`] for
-/// several quotas at once), 10 ([`deadlines`]: an expired request counts
-/// nothing) and 11 ([`quotas_atomic`]: several quotas all or nothing, on
-/// the same states as single quotas). Every request goes through the
-/// store's one door, [`Store::decide`], as the limiter sends it.
+/// Runs every contract, 1 to 14, and returns the first violation: 1-8,
+/// 9 ([`shared_state`], [`concurrency`], [`concurrency_costs`] for costs
+/// above 1, and [`concurrency_sets`] for several quotas at once), 10
+/// ([`deadlines`]: an expired request counts nothing), 11
+/// ([`quotas_atomic`]: several quotas all or nothing, on the same states as
+/// single quotas), 12 ([`no_deadline`]: requests without a deadline), 13
+/// ([`refusals`]: a request `Request::check` refuses counts nothing) and 14
+/// ([`capacity`]: a store that reports a bound on its callers, when full,
+/// refuses new ones and forgets none; passed at once by a store that
+/// reports none). Every request goes through the store's one door,
+/// [`Store::decide`], as the limiter sends it (contract 12 also with no
+/// deadline).
 ///
 /// Contracts 1-8, shared state and the exact concurrency check run on an
 /// injected clock; when `config.server_clock` is set, a second concurrency
@@ -276,11 +301,15 @@ pub async fn run_all(factory: &dyn StoreFactory, config: &SuiteConfig) -> Result
     state_expires(factory, config).await?;
     shared_state(factory, config).await?;
     concurrency(factory, config).await?;
+    concurrency_costs(factory, config).await?;
     if config.server_clock {
         concurrency_server_clock(factory, config).await?;
     }
     deadlines(factory, config).await?;
     quotas_atomic(factory, config).await?;
     concurrency_sets(factory, config).await?;
+    no_deadline(factory, config).await?;
+    refusals(factory, config).await?;
+    capacity(factory, config).await?;
     Ok(())
 }
