@@ -3,6 +3,7 @@
 mod cas;
 mod clock;
 mod many;
+mod packed;
 mod shards;
 mod store;
 mod stored_key;

@@ -10,6 +10,7 @@ use ratelimit_core::{Algorithm, Bucket, Clock, Decision, Micros, Quota, Result, 
 
 use crate::cas::{bucket_step, bucket_try, denied};
 use crate::clock::FastClock;
+use crate::packed::{pack, packs, unpack};
 use crate::shards::{Budget, Key, Mode, ReadMostlyMap, ShardedMap, Walk};
 
 /// The default clock time in which the automatic sweep walks every map once.
@@ -396,39 +397,6 @@ fn pace(started: Micros, interval: Micros, walked: u64, total: u64) -> Micros {
     started.saturating_add(u64::try_from(at).unwrap_or(u64::MAX))
 }
 
-/// Bits of a packed bucket word that hold the sub-µs remainder.
-const REM_BITS: u32 = 10;
-/// Rates of at most this many bucket units per µs keep their remainder in
-/// the packed word (1e9 per second is 1,000; whole µs per token is 1).
-const PACK_MAX_REFILL: u64 = 1 << REM_BITS;
-/// Clock times below this pack: `tat` then stays below 2^54 (the model adds
-/// at most `full < 2^53` to `now`), which leaves the word's low
-/// [`REM_BITS`] bits to the remainder.
-const PACK_BEFORE: Micros = 1 << 53;
-
-/// A token bucket's state as one word: `tat << REM_BITS | rem`.
-#[inline]
-pub(crate) fn pack(s: TokenBucketState) -> u64 {
-    (s.tat << REM_BITS) | s.rem
-}
-
-/// The state a packed word holds.
-#[inline]
-pub(crate) fn unpack(word: u64) -> TokenBucketState {
-    TokenBucketState {
-        tat: word >> REM_BITS,
-        rem: word & (PACK_MAX_REFILL - 1),
-    }
-}
-
-/// Whether a token bucket's state packs into one word at `now`: its rate
-/// keeps the sub-µs remainder in [`REM_BITS`] bits and `now` is below
-/// [`PACK_BEFORE`].
-#[inline]
-pub(crate) fn packs(b: &Bucket, now: Micros) -> bool {
-    b.refill() <= PACK_MAX_REFILL && now < PACK_BEFORE
-}
-
 /// Whether a bucket is back to full (a fresh caller's state) at `now`.
 #[inline]
 fn bucket_is_full(s: &TokenBucketState, now: Micros) -> bool {
@@ -654,8 +622,9 @@ impl LocalStore {
     }
 
     /// A token bucket whose state does not pack (more than
-    /// [`PACK_MAX_REFILL`] units per µs, or a clock past [`PACK_BEFORE`]):
-    /// two words, updated under the shard's write lock.
+    /// [`crate::packed::PACK_MAX_REFILL`] units per µs, or a clock past
+    /// [`crate::packed::PACK_BEFORE`]): two words, updated under the shard's
+    /// write lock.
     #[cold]
     fn fine_bucket(&self, k: Key<'_>, b: &Bucket, now: Micros, cost: u64) -> Result<Decision> {
         if let Some(decided) = self
