@@ -18,6 +18,10 @@ pub mod error;
 pub mod fred;
 #[cfg(feature = "fred")]
 pub mod fred_build;
+#[cfg(feature = "fred")]
+mod fred_sentinel;
+#[cfg(feature = "fred")]
+mod fred_store;
 pub mod io;
 pub mod keys;
 pub mod options;

@@ -36,7 +36,7 @@ pub(crate) enum Backend {
     /// store itself, as for redis-rs): one centralized fred client to the
     /// current primary, replaced when it moves.
     #[cfg(feature = "fred")]
-    FredSentinel(Arc<crate::fred_build::FredPrimary>),
+    FredSentinel(Arc<crate::fred_sentinel::FredPrimary>),
 }
 
 impl Backend {
@@ -498,12 +498,12 @@ impl RedisStoreBuilder {
                     None => ConnectionManager::new_with_config(client, config).await,
                 }
                 .map_err(|e| {
-                        crate::tls::explained(
-                            StoreError::backend(format!("cannot reach {node}: {e}"), true, e),
-                            &node,
-                            tls,
-                        )
-                    })?;
+                    crate::tls::explained(
+                        StoreError::backend(format!("cannot reach {node}: {e}"), true, e),
+                        &node,
+                        tls,
+                    )
+                })?;
                 (Backend::Redis(manager), node, tls, user)
             }
         };
