@@ -10,6 +10,7 @@ pub mod admission;
 pub mod arg;
 mod batch;
 pub mod deadline;
+mod decide;
 pub mod decode;
 pub mod domains;
 pub mod engine;
