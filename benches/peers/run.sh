@@ -3,13 +3,22 @@
 # benchmark with it loaded. Arguments are passed to the benchmark
 # (e.g. --runs 3 --seconds 3); --build-only builds and stops. Needs
 # redis-server on PATH.
+#
+# --check prepares Limitador's copy (below) and type-checks every target of
+# the benchmark, without redis-cell and without running anything: CI runs
+# it, so that a change of the project's API cannot break this crate unseen
+# (it is a workspace of its own, outside the project's build).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 work="${PEERS_WORK_DIR:-${TMPDIR:-/tmp}/ratelimit-peers}"
 mkdir -p "$work"
+check=""
+if [ "${1:-}" = "--check" ]; then
+    check=1
+fi
 
 cell="$work/redis-cell/target/release/libredis_cell.so"
-if [ ! -f "$cell" ]; then
+if [ -z "$check" ] && [ ! -f "$cell" ]; then
     # Fetch the crate's source through cargo (a throwaway project that names
     # it), then build the module from that source.
     fetch="$work/fetch"
@@ -57,6 +66,9 @@ for path, item in [("src/storage/keys.rs", "pub mod bin {"),
 PY
 fi
 
+if [ -n "$check" ]; then
+    exec cargo check --manifest-path "$here/Cargo.toml" --all-targets
+fi
 if [ "${1:-}" = "--build-only" ]; then
     exec cargo build --release --manifest-path "$here/Cargo.toml"
 fi

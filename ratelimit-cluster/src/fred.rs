@@ -32,8 +32,7 @@ use ratelimit_core::StoreError;
 use ratelimit_redis::error;
 use ratelimit_redis::scripts::Call;
 
-use crate::nodes::RECONNECT_AFTER;
-use crate::retry::{self, Failure, Next, Route};
+use crate::retry::{self, Failure, Next, RECONNECT_AFTER, Route};
 use crate::slots::SlotMap;
 
 /// fred's own messages for a command it never sent because no connection
@@ -359,25 +358,3 @@ impl std::fmt::Display for NotConnected {
 }
 
 impl std::error::Error for NotConnected {}
-
-impl crate::ClusterStore {
-    /// A store over a clustered fred client you already hold (initialised
-    /// with `init()`), with prefix `rl`, the server's clock and a bound of
-    /// [`crate::DEFAULT_CALL_TIMEOUT`] for requests without a deadline.
-    ///
-    /// The store reads the slot map through your client and sends each
-    /// call itself, to the master of its slot, over a centralized fred
-    /// client per node made with your client's settings (see the module
-    /// docs: one dead master fails only its own callers). Any
-    /// `ConnectionConfig::max_command_attempts` is fine: every script goes
-    /// with fred's per-command `max_attempts = 1`, so a script whose reply
-    /// was lost is never sent again. Its `default_command_timeout` does
-    /// not bound the scripts: each waits until its caller's deadline.
-    pub fn from_fred(client: Client) -> Self {
-        // The slot map is read in the background on the first call (a call
-        // before it is known goes through your client's own routing).
-        Self::from_backend(crate::connection::Backend::Fred(Arc::new(FredNodes::new(
-            client,
-        ))))
-    }
-}

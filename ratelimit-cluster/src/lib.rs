@@ -6,6 +6,7 @@ mod connection;
 #[cfg(feature = "fred")]
 mod fred;
 mod nodes;
+mod redis_rs;
 pub mod retry;
 mod slots;
 mod stats;

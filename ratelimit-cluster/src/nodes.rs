@@ -37,13 +37,9 @@ use ratelimit_redis::scripts::Call;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, Value};
 
-use crate::connection::{decode_value, failure, parse_slots, script_cmd};
-use crate::retry::{Failure, Next, Route};
+use crate::redis_rs::{decode_value, failure, parse_slots, script_cmd};
+use crate::retry::{Failure, Next, RECONNECT_AFTER, Route};
 use crate::slots::SlotMap;
-
-/// How long a failed connection attempt to a node is remembered: calls
-/// for the node meanwhile fail at once, without a new attempt.
-pub(crate) const RECONNECT_AFTER: Duration = Duration::from_millis(20);
 
 /// Slot ranges, first and last slot.
 type SlotRanges = Vec<(u16, u16)>;

@@ -64,6 +64,10 @@ use std::time::Duration;
 
 use ratelimit_core::StoreError;
 
+/// How long a failed connection attempt to a node is remembered: calls
+/// for the node meanwhile fail at once, without a new attempt.
+pub(crate) const RECONNECT_AFTER: Duration = Duration::from_millis(20);
+
 /// The most attempts one decision makes (redirects and retries included).
 pub const MAX_ATTEMPTS: u32 = 16;
 

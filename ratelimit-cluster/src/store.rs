@@ -13,6 +13,8 @@ use ratelimit_redis::scripts::Call;
 use std::time::Instant;
 
 use crate::connection::Backend;
+#[cfg(feature = "fred")]
+use crate::fred::FredNodes;
 use crate::retry::{self, Addr, MAX_ATTEMPTS, MAX_RETRIES, Next, Route};
 use crate::slots::SlotMap;
 use crate::stats::{ClusterStats, Counters, bump};
@@ -113,6 +115,25 @@ impl ClusterStore {
     /// breaker per master").
     pub fn from_cluster_connection(connection: redis::cluster_async::ClusterConnection) -> Self {
         Self::from_backend(Backend::Redis(connection))
+    }
+
+    /// A store over a clustered fred client you already hold (initialised
+    /// with `init()`), with prefix `rl`, the server's clock and a bound of
+    /// [`DEFAULT_CALL_TIMEOUT`] for requests without a deadline.
+    ///
+    /// The store reads the slot map through your client and sends each
+    /// call itself, to the master of its slot, over a centralized fred
+    /// client per node made with your client's settings (see the module
+    /// docs: one dead master fails only its own callers). Any
+    /// `ConnectionConfig::max_command_attempts` is fine: every script goes
+    /// with fred's per-command `max_attempts = 1`, so a script whose reply
+    /// was lost is never sent again. Its `default_command_timeout` does
+    /// not bound the scripts: each waits until its caller's deadline.
+    #[cfg(feature = "fred")]
+    pub fn from_fred(client: ::fred::clients::Client) -> Self {
+        // The slot map is read in the background on the first call (a call
+        // before it is known goes through your client's own routing).
+        Self::from_backend(Backend::Fred(Arc::new(FredNodes::new(client))))
     }
 
     ratelimit_redis::engine_settings!();

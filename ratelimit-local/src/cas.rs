@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 use ratelimit_core::{Bucket, Decision, Micros, model};
 
-use crate::store::{pack, unpack};
+use crate::packed::{pack, unpack};
 
 /// An atomic 64-bit word: `std`'s, or `loom`'s under `cfg(loom)`.
 pub(crate) trait Word {
@@ -65,7 +65,7 @@ impl Word for loom::sync::atomic::AtomicU64 {
 /// denial writes nothing.
 ///
 /// The caller has checked that the bucket's rate and `now` pack
-/// (`crate::store::packs`); the model keeps `rem < refill` and
+/// (`crate::packed::packs`); the model keeps `rem < refill` and
 /// `tat < 2^54`, so the new state packs too.
 #[inline]
 pub(crate) fn bucket_step<W: Word>(word: &W, b: &Bucket, now: Micros, cost: u64) -> Decision {

@@ -2,10 +2,13 @@
 
 mod cas;
 mod clock;
+mod decide;
 mod many;
+mod packed;
 mod shards;
 mod store;
 mod stored_key;
+mod sweep;
 
 pub use clock::FastClock;
 pub use store::LocalStore;

@@ -20,8 +20,10 @@ use smallvec::SmallVec;
 
 use hashbrown::HashTable;
 
+use crate::decide::Windowed;
+use crate::packed::{pack, packs, unpack};
 use crate::shards::{Item, Key, Locked, ShardedMap, TableLock};
-use crate::store::{LocalStore, Timed, Windowed, pack, packs, unpack};
+use crate::store::{LocalStore, Timed};
 
 /// Where one charge's state lives: `(shard, hash)` in its map; a token
 /// bucket's state is in the one-word map or the two-word one.

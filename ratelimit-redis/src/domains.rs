@@ -32,15 +32,19 @@
 //!   one node at once; beyond it a call fails at once. Real concurrency
 //!   stays far below it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Instant;
 
 use std::time::Duration;
 
 use ratelimit_core::health::Health;
-use ratelimit_core::{BreakerState, CircuitBreaker, Micros};
+use ratelimit_core::store::Decisions;
+use ratelimit_core::{BreakerState, CircuitBreaker, Micros, StoreError};
+use tokio::sync::oneshot;
+
+use crate::scripts::Request;
 
 /// A node that has neither replied nor been sent a call while idle for
 /// this long (or for a timed-out call's own wait, if longer) is suspected
@@ -65,7 +69,7 @@ pub struct Domain {
     /// When a call to it last timed out (µs; 0: never).
     last_timeout: AtomicU64,
     /// Requests waiting for its next call (group commit).
-    queue: crate::batch::Queue,
+    queue: Queue,
     /// What it completes in time ([`crate::admission`]).
     admission: crate::admission::Admission,
 }
@@ -81,7 +85,7 @@ impl Domain {
             suspects: AtomicU64::new(0),
             suspect_since: AtomicU64::new(0),
             last_timeout: AtomicU64::new(0),
-            queue: crate::batch::Queue::default(),
+            queue: Queue::default(),
             admission,
         }
     }
@@ -113,7 +117,7 @@ impl Domain {
     }
 
     /// Requests waiting for its next call.
-    pub(crate) fn queue(&self) -> &crate::batch::Queue {
+    pub(crate) fn queue(&self) -> &Queue {
         &self.queue
     }
 
@@ -270,5 +274,448 @@ impl Domains {
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
+    }
+}
+
+/// The fewest waiting requests that go as a second call beside the one in
+/// flight: 16, or half as many as the latest batch call carried if that is
+/// more (never more than the store's batch bound). Fewer wait for the call
+/// in flight, so that a batch call's fixed cost (about 77,000 server
+/// instructions, as much as two requests) is shared.
+pub const PIPELINE_MIN_BATCH: usize = 16;
+
+// The node's queue for group commit: requests waiting for its next call,
+// and which of them the next call takes (the batch module sends them).
+
+/// One request waiting for its node's next call.
+pub(crate) struct Item {
+    pub(crate) request: Request,
+    /// When it was queued.
+    pub(crate) queued: Instant,
+    pub(crate) deadline: Instant,
+    pub(crate) reply: oneshot::Sender<Result<Decisions, StoreError>>,
+    pub(crate) in_flight: InFlight,
+}
+
+#[derive(Default)]
+struct State {
+    /// Calls in flight (or being built and sent) on the node: while there
+    /// is one, new requests queue.
+    calls: usize,
+    /// How many requests the latest batch call carried.
+    last: usize,
+    items: VecDeque<Item>,
+    /// Requests taken by calls so far, and two earlier readings of that
+    /// count (when, how many), at least [`RATE_STEP`] apart: the node's
+    /// recent rate (see [`State::rate`]).
+    taken: u64,
+    mark: Option<(Instant, u64)>,
+    recent: Option<(Instant, u64)>,
+    /// Since when every take has left requests waiting (the node is
+    /// backlogged), and how many had been taken then: the node's capacity
+    /// is measured over such spans ([`crate::admission`]).
+    backlog: Option<(Instant, u64)>,
+}
+
+/// How far apart the readings of the node's rate are taken.
+const RATE_STEP: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The oldest reading a rate is taken over: a queue that sat idle longer
+/// is judged as when no rate is known yet.
+const RATE_STALE: std::time::Duration = std::time::Duration::from_millis(40);
+
+impl State {
+    /// Counts `n` requests taken at `now`.
+    fn count_taken(&mut self, n: usize, now: Instant) {
+        self.taken += n as u64;
+        match self.recent {
+            Some((at, _)) if now.saturating_duration_since(at) < RATE_STEP => {}
+            _ => {
+                self.mark = self.recent;
+                self.recent = Some((now, self.taken));
+            }
+        }
+    }
+
+    /// After a take at `now`: while requests are still waiting after every
+    /// take, the node is backlogged, and what its calls took over each
+    /// [`RATE_STEP`] of that is a measurement of its capacity.
+    fn measure_backlog(&mut self, now: Instant, admission: &crate::admission::Admission) {
+        let waiting = !self.items.is_empty();
+        admission.set_idle_queue(!waiting);
+        if !waiting {
+            self.backlog = None;
+            return;
+        }
+        match self.backlog {
+            None => self.backlog = Some((now, self.taken)),
+            Some((since, at)) if now.saturating_duration_since(since) >= RATE_STEP => {
+                admission.measured(self.taken - at, now.saturating_duration_since(since), now);
+                self.backlog = Some((now, self.taken));
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Requests per second the node's calls have taken over the last
+    /// 10-20 ms; `None` before the first reading that old, and when the
+    /// older reading is more than [`RATE_STALE`] old (the node sat idle
+    /// between: its rate over that time says nothing of what it can take).
+    fn rate(&self, now: Instant) -> Option<f64> {
+        let (at, count) = self.mark?;
+        let since = now.saturating_duration_since(at);
+        if since.is_zero() || since > RATE_STALE {
+            return None;
+        }
+        Some((self.taken - count) as f64 / since.as_secs_f64())
+    }
+
+    /// Whether the queue is congested at `now` with `max` requests per
+    /// call: more wait than one call carries, and, at the node's recent
+    /// rate, the queue would not drain before the newest request's
+    /// deadline (first in, first out, every request would then wait
+    /// longer than it was given). Before the rate is known: the oldest
+    /// request has waited more than half of the time it was given.
+    fn congested(&self, max: usize, now: Instant) -> bool {
+        if self.items.len() <= max {
+            return false;
+        }
+        match (self.rate(now), self.items.back()) {
+            (Some(rate), Some(newest)) => {
+                let left = newest.deadline.saturating_duration_since(now).as_secs_f64();
+                self.items.len() as f64 > rate * left
+            }
+            _ => self.items.front().is_some_and(|f| waited_half(f, now)),
+        }
+    }
+}
+
+/// A node's queue of requests waiting for its next call.
+#[derive(Default)]
+pub(crate) struct Queue {
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.lock();
+        f.debug_struct("Queue")
+            .field("calls", &s.calls)
+            .field("waiting", &s.items.len())
+            .finish()
+    }
+}
+
+impl Queue {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the caller may send its request alone now (nothing in
+    /// flight, nothing waiting); it then holds the node until its
+    /// lead drops (the batch module's `Lead`).
+    pub(crate) fn try_lead(&self) -> bool {
+        let mut s = self.lock();
+        if s.calls > 0 || !s.items.is_empty() {
+            return false;
+        }
+        s.calls = 1;
+        true
+    }
+
+    /// Queues `item`; `true`: a drain must start (nothing was in flight,
+    /// or enough now wait for a call beside those in flight, see
+    /// [`beside`], and fewer than `pipeline` calls are in flight).
+    pub(crate) fn push(&self, item: Item, max: usize, pipeline: usize) -> bool {
+        let mut s = self.lock();
+        s.items.push_back(item);
+        if s.calls < pipeline && s.items.len() >= beside(max, s.last, s.calls) {
+            s.calls += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The lone call in flight is done; `true`: requests wait, so a drain
+    /// must start (the node stays busy).
+    pub(crate) fn release(&self) -> bool {
+        let mut s = self.lock();
+        if s.items.is_empty() {
+            s.calls -= 1;
+            false
+        } else {
+            true
+        }
+    }
+
+    /// Takes up to `max` waiting requests that can still be decided; none:
+    /// this call's place is given up. Requests whose caller has given up or
+    /// whose deadline has passed are not sent and take no place in the
+    /// call (the latter answered "expired", counting nothing). When more
+    /// than `max` wait and the queue is [`State::congested`], the newest are taken
+    /// (see the module docs), in arrival order. While other calls are in
+    /// flight, fewer waiting requests than [`beside`] asks are left to
+    /// them.
+    pub(crate) fn take(&self, max: usize, domain: &Domain) -> Vec<Item> {
+        let now = Instant::now();
+        let admission = domain.admission();
+        let mut stale = Vec::new();
+        let mut s = self.lock();
+        if s.calls > 1 && s.items.len() < beside(max, s.last, s.calls - 1) {
+            s.calls -= 1;
+            return Vec::new();
+        }
+        // The oldest first: those whose caller has gone (or whose deadline
+        // has passed) leave the queue, so that under overload, when calls
+        // take from the back, the front does not fill with the dead.
+        let hopeless = |i: &Item| i.reply.is_closed() || !admission.can_make(now, i.deadline);
+        while let Some(front) = s.items.front() {
+            if !hopeless(front) {
+                break;
+            }
+            if let Some(item) = s.items.pop_front() {
+                stale.push(item);
+            }
+        }
+        let mut live = Vec::with_capacity(s.items.len().min(max));
+        let newest = s.congested(max, now);
+        while live.len() < max {
+            let item = if newest {
+                s.items.pop_back()
+            } else {
+                s.items.pop_front()
+            };
+            let Some(item) = item else {
+                break;
+            };
+            if hopeless(&item) {
+                stale.push(item);
+            } else {
+                live.push(item);
+            }
+        }
+        if newest {
+            live.reverse();
+        }
+        let waited = live
+            .first()
+            .map(|oldest| now.saturating_duration_since(oldest.queued));
+        s.last = live.len();
+        s.count_taken(live.len(), now);
+        s.measure_backlog(now, admission);
+        if live.is_empty() {
+            s.calls -= 1;
+        }
+        let waiting = s.items.len() as u64;
+        drop(s);
+        if let Some(waited) = waited {
+            crate::telemetry::queue_delay(domain.name_arc(), waited);
+        }
+        for item in stale {
+            if item.reply.is_closed() {
+                continue;
+            }
+            // Not sent: too little time left for a call (or none at all).
+            // Counted nothing either way.
+            let error = if item.deadline <= now {
+                StoreError::Expired
+            } else {
+                admission.shed_queued();
+                crate::admission::overloaded(domain.name_arc(), waiting + live.len() as u64, None)
+            };
+            let _ = item.reply.send(Err(error));
+        }
+        live
+    }
+}
+
+/// The fewest waiting requests that go as a second call beside the one in
+/// flight: half as many as the latest call carried, at least
+/// [`PIPELINE_MIN_BATCH`], at most a full batch of `max`.
+fn second(max: usize, last: usize) -> usize {
+    (last / 2).max(PIPELINE_MIN_BATCH).min(max)
+}
+
+/// The fewest waiting requests that go as a call beside `others` calls in
+/// flight: any with none, [`second`] beside one, a full batch of `max`
+/// beside two or more. Further calls keep the server busy when the client
+/// is slow to come back to it (thousands of callers), without cutting the
+/// batches of a load that two calls carry into smaller ones (each call has
+/// a fixed cost on the server).
+fn beside(max: usize, last: usize, others: usize) -> usize {
+    match others {
+        0 => 1,
+        1 => second(max, last),
+        _ => max,
+    }
+}
+
+/// Whether `oldest` has waited more than half of the time it was given.
+fn waited_half(oldest: &Item, now: Instant) -> bool {
+    now.saturating_duration_since(oldest.queued) * 2
+        > oldest.deadline.saturating_duration_since(oldest.queued)
+}
+
+#[cfg(test)]
+mod tests {
+    use ratelimit_core::{Charge, Quota, Rate};
+
+    use super::*;
+
+    /// A queue holding `callers` in order, each queued `waited` ago with
+    /// `left` still to go.
+    fn queue(callers: &[&str], waited: Duration, left: Duration) -> (Queue, Vec<Receiver>) {
+        let domain = node();
+        let q = Quota::fixed_window(Rate::per_hour(10)).unwrap();
+        let queue = Queue::default();
+        let now = Instant::now();
+        let mut receivers = Vec::new();
+        for caller in callers {
+            let (tx, rx) = oneshot::channel();
+            receivers.push(rx);
+            queue.push(
+                Item {
+                    request: Request::new("rl", caller.as_bytes(), &[Charge::new(&q, 1)], None),
+                    queued: now - waited,
+                    deadline: now + left,
+                    reply: tx,
+                    in_flight: domain.enter(1),
+                },
+                4,
+                1,
+            );
+        }
+        (queue, receivers)
+    }
+
+    fn callers(items: &[Item]) -> Vec<String> {
+        items
+            .iter()
+            .map(|i| {
+                let k = &i.request.keys[0];
+                k[k.find('{').unwrap() + 1..k.find('}').unwrap()].to_owned()
+            })
+            .collect()
+    }
+
+    type Receiver = oneshot::Receiver<Result<Decisions, StoreError>>;
+
+    /// A node to take for.
+    fn node() -> Arc<Domain> {
+        Domains::new(CircuitBreaker::DEFAULT).get("node")
+    }
+
+    const SIX: [&str; 6] = ["q1", "q2", "q3", "q4", "q5", "q6"];
+
+    #[test]
+    fn a_second_call_needs_half_the_latest_call_at_least_sixteen_at_most_a_batch() {
+        assert_eq!(second(128, 0), 16);
+        assert_eq!(second(128, 20), 16);
+        assert_eq!(second(128, 100), 50);
+        assert_eq!(second(128, 128), 64);
+        assert_eq!(second(4, 100), 4);
+        assert_eq!(second(1, 0), 1);
+    }
+
+    #[test]
+    fn a_third_call_and_further_need_a_full_batch() {
+        assert_eq!(beside(128, 100, 0), 1);
+        assert_eq!(beside(128, 100, 1), 50);
+        assert_eq!(beside(128, 100, 2), 128);
+        assert_eq!(beside(128, 20, 5), 128);
+        assert_eq!(beside(4, 0, 1), 4);
+    }
+
+    #[test]
+    fn a_congested_queue_gives_its_newest_in_arrival_order() {
+        // The oldest waited 900 ms of its 1 s.
+        let (queue, _rx) = queue(&SIX, Duration::from_millis(900), Duration::from_millis(100));
+        assert_eq!(callers(&queue.take(4, &node())), ["q3", "q4", "q5", "q6"]);
+        assert_eq!(callers(&queue.take(4, &node())), ["q1", "q2"]);
+    }
+
+    /// The node took `per_second` requests a second over the last 20 ms.
+    fn measured(queue: &Queue, per_second: u64) {
+        let mut s = queue.lock();
+        let now = Instant::now();
+        s.mark = Some((now - Duration::from_millis(20), 0));
+        s.recent = Some((now - Duration::from_millis(5), 0));
+        s.taken = per_second / 50;
+    }
+
+    #[test]
+    fn a_queue_the_node_drains_in_time_goes_first_in_first_out_however_long_its_oldest_waited() {
+        // The oldest waited 900 ms of its 1 s, but at 100,000 a second the
+        // six drain in well under the 100 ms left.
+        let (queue, _rx) = queue(&SIX, Duration::from_millis(900), Duration::from_millis(100));
+        measured(&queue, 100_000);
+        assert_eq!(callers(&queue.take(4, &node())), ["q1", "q2", "q3", "q4"]);
+    }
+
+    #[test]
+    fn a_queue_the_node_cannot_drain_in_time_goes_newest_first_however_fresh() {
+        // Queued just now with 100 ms to go, but at 10 a second one request
+        // of the six would be decided in time.
+        let (queue, _rx) = queue(&SIX, Duration::from_millis(1), Duration::from_millis(100));
+        measured(&queue, 10);
+        assert_eq!(callers(&queue.take(4, &node())), ["q3", "q4", "q5", "q6"]);
+    }
+
+    #[test]
+    fn the_rate_is_what_calls_took_over_the_last_readings() {
+        let mut s = State::default();
+        let t0 = Instant::now();
+        assert_eq!(s.rate(t0), None);
+        s.count_taken(100, t0);
+        // Within one step of the first reading: still no rate.
+        s.count_taken(100, t0 + Duration::from_millis(5));
+        assert_eq!(s.rate(t0 + Duration::from_millis(5)), None);
+        // A step later: 200 taken since the first reading, 20 ms before.
+        s.count_taken(100, t0 + Duration::from_millis(10));
+        let rate = s.rate(t0 + Duration::from_millis(20)).unwrap();
+        assert!((rate - 10_000.0).abs() < 1.0, "{rate}");
+        // After an idle second, the readings say nothing of the node.
+        assert_eq!(s.rate(t0 + Duration::from_secs(1)), None);
+    }
+
+    #[test]
+    fn a_burst_after_an_idle_spell_is_not_judged_by_the_idle_rate() {
+        // The node took 10 requests a second ago, then nothing: a burst of
+        // six with 100 ms to go, fresh, goes first in, first out.
+        let (queue, _rx) = queue(&SIX, Duration::from_millis(1), Duration::from_millis(100));
+        {
+            let mut s = queue.lock();
+            let now = Instant::now();
+            s.mark = Some((now - Duration::from_secs(1), 0));
+            s.recent = Some((now - Duration::from_millis(990), 10));
+            s.taken = 10;
+        }
+        assert_eq!(callers(&queue.take(4, &node())), ["q1", "q2", "q3", "q4"]);
+    }
+
+    #[test]
+    fn a_queue_that_keeps_up_goes_first_in_first_out() {
+        // Long, but the oldest waited 100 ms of its 10 s.
+        let (queue, _rx) = queue(
+            &SIX,
+            Duration::from_millis(100),
+            Duration::from_millis(9_900),
+        );
+        assert_eq!(callers(&queue.take(4, &node())), ["q1", "q2", "q3", "q4"]);
+        assert_eq!(callers(&queue.take(4, &node())), ["q5", "q6"]);
+    }
+
+    #[test]
+    fn requests_whose_caller_has_gone_leave_from_the_front() {
+        let (queue, mut rx) = queue(&SIX, Duration::from_millis(900), Duration::from_millis(100));
+        // The three oldest callers stop waiting.
+        for r in rx.iter_mut().take(3) {
+            r.close();
+        }
+        // Three live requests wait: fewer than a call carries, so they go
+        // first in, first out, and the gone ones are gone.
+        assert_eq!(callers(&queue.take(4, &node())), ["q4", "q5", "q6"]);
+        assert!(queue.lock().items.is_empty());
     }
 }

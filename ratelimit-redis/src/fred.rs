@@ -3,7 +3,7 @@
 //! Same scripts, key layout and decoding as the redis-rs backend; only the
 //! call differs. Reconnection is the fred client's own (configure a
 //! `ReconnectPolicy`); each script waits for its reply until its caller's
-//! deadline (a request without one: [`RedisStore::timeout`]), timed by the
+//! deadline (a request without one: [`crate::RedisStore::timeout`]), timed by the
 //! store, as with redis-rs.
 //!
 //! **One attempt per script, whatever the client's configuration.** fred
@@ -31,39 +31,12 @@ use ratelimit_core::StoreError;
 
 use crate::error;
 use crate::scripts::{Arg, Script};
-use crate::store::{Backend, RedisStore};
-
-impl RedisStore {
-    /// A store over a fred client you already hold (initialised with
-    /// `init()`), with prefix `rl`, the server's clock and a per-call bound
-    /// of [`crate::DEFAULT_CALL_TIMEOUT`].
-    ///
-    /// Any `ConnectionConfig::max_command_attempts` is fine: the store sends
-    /// every script with fred's per-command `max_attempts = 1`, so a script
-    /// whose reply was lost is never sent again (which would count the
-    /// request twice). Give the client a `ReconnectPolicy`. Its
-    /// `PerformanceConfig::default_command_timeout` applies to the other
-    /// commands you send through it, not to the store's scripts: each
-    /// script waits for its reply until its caller's deadline, timed by the
-    /// store's one timer per call (the scripts go with a zero per-command
-    /// timeout, so fred arms none), as with redis-rs: a busy node is not a
-    /// failed one.
-    pub fn from_fred(client: Client) -> Self {
-        let node = client
-            .client_config()
-            .server
-            .hosts()
-            .first()
-            .map_or_else(|| "redis".to_owned(), |s| format!("{}:{}", s.host, s.port));
-        Self::from_backend(Backend::Fred(client), &node)
-    }
-}
 
 /// The per-command options of every script command: one attempt, so fred
 /// never re-sends a script whose reply was lost (see the module docs); and
 /// no timer of fred's own (a zero `timeout`): the store races every call
 /// against the request's deadline with one timer (see
-/// [`RedisStore::from_fred`]).
+/// [`crate::RedisStore::from_fred`]).
 fn script_options() -> Options {
     Options {
         max_attempts: Some(1),

@@ -10,6 +10,7 @@ pub mod admission;
 pub mod arg;
 mod batch;
 pub mod deadline;
+mod decide;
 pub mod decode;
 pub mod domains;
 pub mod engine;
@@ -18,6 +19,10 @@ pub mod error;
 pub mod fred;
 #[cfg(feature = "fred")]
 pub mod fred_build;
+#[cfg(feature = "fred")]
+mod fred_sentinel;
+#[cfg(feature = "fred")]
+mod fred_store;
 pub mod io;
 pub mod keys;
 pub mod options;

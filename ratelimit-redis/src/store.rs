@@ -36,7 +36,7 @@ pub(crate) enum Backend {
     /// store itself, as for redis-rs): one centralized fred client to the
     /// current primary, replaced when it moves.
     #[cfg(feature = "fred")]
-    FredSentinel(Arc<crate::fred_build::FredPrimary>),
+    FredSentinel(Arc<crate::fred_sentinel::FredPrimary>),
 }
 
 impl Backend {

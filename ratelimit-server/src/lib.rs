@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod config;
+mod error;
 pub mod http;
 pub mod json;
 pub mod limits;

@@ -29,7 +29,7 @@ use std::sync::RwLock;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use prost::Message as _;
 
-use crate::service::InvalidRequest;
+use crate::error::InvalidRequest;
 
 /// What one request may carry. See the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

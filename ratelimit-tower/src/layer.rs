@@ -5,21 +5,11 @@ use std::sync::Arc;
 use ratelimit_core::Limiter;
 use tower_layer::Layer;
 
+use crate::config::Config;
 use crate::cost::Cost;
 use crate::key::{KeyExtractor, MissingKey};
 use crate::policy::Policies;
 use crate::service::RateLimit;
-
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) limiter: Limiter,
-    pub(crate) key: KeyExtractor,
-    pub(crate) missing: MissingKey,
-    /// `None`: every request is checked against all of the limiter's
-    /// quotas at once (all or nothing).
-    pub(crate) policies: Option<Policies>,
-    pub(crate) cost: Cost,
-}
 
 /// Applies rate limiting to a service: makes [`RateLimit`] services.
 ///

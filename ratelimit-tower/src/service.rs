@@ -12,8 +12,8 @@ use http_body_util::Either;
 use ratelimit_core::{Decision, Quota, RateLimitHeaders, Source};
 use tower_service::Service;
 
+use crate::config::Config;
 use crate::key::{KeyError, MissingKey};
-use crate::layer::Config;
 use crate::problem::{
     COST_TOO_HIGH_TYPE, MISSING_KEY_TYPE, Problem, QUOTA_EXCEEDED_TYPE, ResponseBody,
     UNAVAILABLE_TYPE,

@@ -5,8 +5,11 @@
 
 mod acquire;
 mod builder;
+#[cfg(feature = "deny-cache")]
+mod cached;
 mod charges;
 mod check;
+mod degraded;
 #[cfg(feature = "deny-cache")]
 mod deny_cache;
 mod fallback_store;
@@ -15,6 +18,7 @@ mod path;
 mod stats;
 mod telemetry;
 mod timer;
+mod verdict;
 mod warnings;
 
 use std::fmt;
