@@ -286,20 +286,34 @@ impl Config {
         }
         let mut map = &root.children;
         let mut prev = root;
-        let mut detailed = String::from(domain);
-        let mut valued = String::from(domain);
+        // The metric keys' room for the whole path at once, and one buffer
+        // for every level's `key_value`.
+        let path_len = domain.len()
+            + entries
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 2)
+                .sum::<usize>();
+        let mut detailed = String::with_capacity(path_len);
+        detailed.push_str(domain);
+        let mut valued = String::with_capacity(path_len);
+        valued.push_str(domain);
         let mut shared: Vec<Option<String>> = vec![None; entries.len()];
         let mut found: Option<Arc<RateLimit>> = None;
         let mut any_shared = false;
+        let mut with_value = String::new();
         for (i, &(key, value)) in entries.iter().enumerate() {
-            let with_value = format!("{key}_{value}");
+            with_value.clear();
+            with_value.push_str(key);
+            with_value.push('_');
+            with_value.push_str(value);
+            let with_value = with_value.as_str();
             detailed.push('.');
-            detailed.push_str(&with_value);
-            let mut next = map.get(&with_value);
+            detailed.push_str(with_value);
+            let mut next = map.get(with_value);
             let mut wildcard: Option<&str> = None;
             if next.is_none() {
                 for w in &prev.wildcards {
-                    if wildcard_match(&w.parts, &with_value) {
+                    if wildcard_match(&w.parts, with_value) {
                         next = map.get(&w.key);
                         wildcard = Some(&w.key);
                         break;
@@ -310,17 +324,18 @@ impl Config {
             if next.is_none() {
                 next = map.get(key);
             }
-            let prefix = format!("{key}_");
+            // `key_` taken off a pattern or a wildcard key.
+            let unprefixed = |s: &'_ str| -> Option<usize> {
+                s.strip_prefix(key)
+                    .and_then(|r| r.strip_prefix('_'))
+                    .map(|r| s.len() - r.len())
+            };
             if let (Some(_), Some(n)) = (wildcard, next)
                 && n.share_threshold
                 && !n.wildcard_pattern.is_empty()
             {
-                shared[i] = Some(
-                    n.wildcard_pattern
-                        .strip_prefix(&prefix)
-                        .unwrap_or(&n.wildcard_pattern)
-                        .to_owned(),
-                );
+                let p = &n.wildcard_pattern;
+                shared[i] = Some(p[unprefixed(p).unwrap_or(0)..].to_owned());
                 any_shared = true;
             }
             valued.push('.');
@@ -332,7 +347,7 @@ impl Config {
                         } else if n.value_to_metric {
                             value
                         } else {
-                            w.strip_prefix(&prefix).unwrap_or(w)
+                            &w[unprefixed(w).unwrap_or(0)..]
                         }
                     } else if by_value || n.value_to_metric {
                         value

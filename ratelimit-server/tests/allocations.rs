@@ -37,7 +37,7 @@ descriptors:
 
 /// Allocations per request, by descriptors per request (1, 2, 3): the
 /// numbers of the tuned path, plus one for a map's occasional growth.
-const BUDGET: [f64; 3] = [25.0, 41.0, 55.0];
+const BUDGET: [f64; 3] = [21.0, 33.0, 43.0];
 
 fn request(n: usize, key: u64) -> RateLimitRequest {
     RateLimitRequest {
