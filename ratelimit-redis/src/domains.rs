@@ -31,6 +31,10 @@
 //!   [`crate::engine::DEFAULT_MAX_IN_FLIGHT`] (100,000) calls may wait on
 //!   one node at once; beyond it a call fails at once. Real concurrency
 //!   stays far below it.
+//!
+//! Each node also holds its group-commit queue: the requests waiting for
+//! its next call, and which of them that call takes (the oldest first, the
+//! newest first under overload). The batch module sends them.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
