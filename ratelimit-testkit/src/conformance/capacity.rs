@@ -44,7 +44,7 @@ const EXTRA: usize = 64;
 /// At least one caller must be admitted, at most `C` in all. A store that
 /// forgets the caller it saw longest ago (or any other) to make room
 /// admits that caller again in step 2 or 3. The contract makes about
-/// `3.5 × C` requests per algorithm: a network store's bound is checked
+/// `4.5 × C` requests per algorithm: a network store's bound is checked
 /// at that cost.
 ///
 /// [`Capabilities::max_callers`]: ratelimit_core::store::Capabilities::max_callers
