@@ -143,9 +143,7 @@ impl ClusterStoreBuilder {
         if options.io_thread {
             // Every node's connection and batch calls on the store's own
             // thread (`ratelimit_redis::io`).
-            let io = ratelimit_redis::io::IoThread::start("ratelimit-cluster-io").map_err(|e| {
-                StoreError::message(format!("cannot start the store's I/O thread: {e}"), false)
-            })?;
+            let io = ratelimit_redis::io::IoThread::start("ratelimit-cluster-io")?;
             engine.set_io_thread(Some(Arc::clone(&io)));
             nodes.set_io(io);
         }
@@ -320,11 +318,9 @@ impl ClusterStoreBuilder {
         // With an I/O thread, every master's client and the batch calls run
         // on it (`ratelimit_redis::io`).
         let io = if options.io_thread {
-            Some(
-                ratelimit_redis::io::IoThread::start("ratelimit-cluster-io").map_err(|e| {
-                    StoreError::message(format!("cannot start the store's I/O thread: {e}"), false)
-                })?,
-            )
+            Some(ratelimit_redis::io::IoThread::start(
+                "ratelimit-cluster-io",
+            )?)
         } else {
             None
         };

@@ -101,9 +101,7 @@ impl RedisStoreBuilder {
         let wait = options.response_timeout.max(Duration::from_millis(500));
         // With an I/O thread, fred's connection task runs there.
         let io = if options.io_thread {
-            let io = crate::io::IoThread::start("ratelimit-redis-io").map_err(|e| {
-                StoreError::message(format!("cannot start the store's I/O thread: {e}"), false)
-            })?;
+            let io = crate::io::IoThread::start("ratelimit-redis-io")?;
             engine.set_io_thread(Some(Arc::clone(&io)));
             Some(io)
         } else {

@@ -28,8 +28,18 @@ pub struct IoThread {
 }
 
 impl IoThread {
-    /// Starts the thread, named `name`.
-    pub fn start(name: &str) -> std::io::Result<Arc<Self>> {
+    /// Starts the thread, named `name`; an error names what failed (the
+    /// runtime or the thread could not be made).
+    pub fn start(name: &str) -> Result<Arc<Self>, ratelimit_core::StoreError> {
+        Self::spawned(name).map_err(|e| {
+            ratelimit_core::StoreError::message(
+                format!("cannot start the store's I/O thread: {e}"),
+                false,
+            )
+        })
+    }
+
+    fn spawned(name: &str) -> std::io::Result<Arc<Self>> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;

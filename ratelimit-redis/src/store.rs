@@ -419,9 +419,7 @@ impl RedisStoreBuilder {
         let mut engine =
             options.engine(options.connection_timeout + 3 * options.response_timeout, 1)?;
         let io = if options.io_thread {
-            let io = crate::io::IoThread::start("ratelimit-redis-io").map_err(|e| {
-                StoreError::message(format!("cannot start the store's I/O thread: {e}"), false)
-            })?;
+            let io = crate::io::IoThread::start("ratelimit-redis-io")?;
             engine.set_io_thread(Some(Arc::clone(&io)));
             Some(io)
         } else {

@@ -116,6 +116,16 @@ impl Labels {
             }
         }
         let c = make();
+        let mut h = self.handles_for(current);
+        if h.counters.len() < HANDLES_KEPT {
+            h.counters.push((series, c.clone()));
+        }
+        c
+    }
+
+    /// The handles, written, emptied first if they were made with another
+    /// recorder than `current`.
+    fn handles_for(&self, current: usize) -> std::sync::RwLockWriteGuard<'_, Handles> {
         let mut h = self.handles.write().unwrap_or_else(|p| p.into_inner());
         if h.recorder != current {
             *h = Handles {
@@ -123,10 +133,7 @@ impl Labels {
                 ..Handles::default()
             };
         }
-        if h.counters.len() < HANDLES_KEPT {
-            h.counters.push((series, c.clone()));
-        }
-        c
+        h
     }
 
     /// The store duration histogram.
@@ -144,13 +151,7 @@ impl Labels {
             "ratelimit_store_duration_seconds",
             "namespace" => self.namespace.clone()
         );
-        let mut h = self.handles.write().unwrap_or_else(|p| p.into_inner());
-        if h.recorder != current {
-            *h = Handles {
-                recorder: current,
-                ..Handles::default()
-            };
-        }
+        let mut h = self.handles_for(current);
         h.store = Some(made.clone());
         made
     }
