@@ -13,54 +13,17 @@
 //! most twice one (`3 / 1` in the table). `tests/allocations.rs` holds
 //! the allocation counts to their budget.
 
-use std::alloc::System;
+#[path = "../tests/request_fixture/mod.rs"]
+mod request_fixture;
+
 use std::sync::Arc;
 use std::time::Instant;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use ratelimit_local::LocalStore;
 use ratelimit_server::{Config, RateLimitService, Settings};
-use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-
-/// Counts every allocation and its bytes (`stats_alloc`).
-#[global_allocator]
-static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
-
-const CONFIG: &str = "domain: cost
-descriptors:
-  - key: a
-    rate_limit:
-      unit: minute
-      requests_per_unit: 1000000000
-  - key: b
-    rate_limit:
-      unit: minute
-      requests_per_unit: 1000000000
-  - key: c
-    rate_limit:
-      unit: minute
-      requests_per_unit: 1000000000
-";
-
-/// A request of `n` descriptors (`a`, `b`, `c`) for caller `key`.
-fn request(n: usize, key: u64) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "cost".into(),
-        descriptors: ["a", "b", "c"][..n]
-            .iter()
-            .map(|k| RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: (*k).into(),
-                    value: format!("caller-{key}"),
-                }],
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: 0,
-    }
-}
+use request_fixture::{CONFIG, GLOBAL, request};
+use stats_alloc::Region;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

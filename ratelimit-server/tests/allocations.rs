@@ -4,57 +4,22 @@
 //! that allocates more per request fails here, by name and number.
 //! `benches/request_cost.rs` measures the same with the time per request.
 //!
-//! The counting allocator is `stats_alloc`'s, for this test binary only.
+//! The counting allocator is `stats_alloc`'s (`request_fixture`), for this
+//! test binary only.
 
-use std::alloc::System;
+mod request_fixture;
+
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use ratelimit_local::LocalStore;
 use ratelimit_server::{Config, RateLimitService, Settings};
-use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-
-#[global_allocator]
-static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
-
-const CONFIG: &str = "domain: cost
-descriptors:
-  - key: a
-    rate_limit:
-      unit: minute
-      requests_per_unit: 1000000000
-  - key: b
-    rate_limit:
-      unit: minute
-      requests_per_unit: 1000000000
-  - key: c
-    rate_limit:
-      unit: minute
-      requests_per_unit: 1000000000
-";
+use request_fixture::{CONFIG, GLOBAL, request};
+use stats_alloc::Region;
 
 /// Allocations per request, by descriptors per request (1, 2, 3): the
 /// numbers of the tuned path, plus one for a map's occasional growth.
 const BUDGET: [f64; 3] = [21.0, 33.0, 43.0];
-
-fn request(n: usize, key: u64) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "cost".into(),
-        descriptors: ["a", "b", "c"][..n]
-            .iter()
-            .map(|k| RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: (*k).into(),
-                    value: format!("caller-{key}"),
-                }],
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: 0,
-    }
-}
 
 #[test]
 fn a_request_allocates_within_its_budget() {
