@@ -1,7 +1,8 @@
 //! Validated quota configuration for the four algorithms.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::clock::{Micros, duration_to_micros};
@@ -263,10 +264,35 @@ impl Algorithm {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Quota {
     name: Arc<str>,
-    /// The name's number in this process ([`Quota::name_id`]): a function
-    /// of the name, so equality and hashing agree with the name's.
-    name_id: u32,
+    /// The name's number in this process ([`Quota::name_id`]), looked up
+    /// the first time it is asked for.
+    name_id: NameId,
     algorithm: Algorithm,
+}
+
+/// A quota's name number, found on first use: a quota whose store never
+/// asks for it (a Redis store keys by the name itself) adds nothing to the
+/// process-wide table of names. A function of the name, so it takes no
+/// part in equality or hashing.
+#[derive(Debug, Clone, Default)]
+struct NameId(OnceLock<u32>);
+
+impl NameId {
+    fn known(id: u32) -> Self {
+        Self(OnceLock::from(id))
+    }
+}
+
+impl PartialEq for NameId {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for NameId {}
+
+impl std::hash::Hash for NameId {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
 /// The name of a quota not given one.
@@ -275,13 +301,14 @@ const DEFAULT_NAME: &str = "default";
 /// The number of [`DEFAULT_NAME`].
 const DEFAULT_NAME_ID: u32 = 0;
 
+/// The names given numbers in this process ([`name_id`]).
+static NAMES: OnceLock<RwLock<HashMap<Box<str>, u32>>> = OnceLock::new();
+
 /// The number of policy name `name` in this process: `"default"` is 0, and
-/// every other name gets the next number the first time any quota is given
-/// it. The table keeps every distinct name for the life of the process.
+/// every other name gets the next number the first time a quota of that
+/// name is asked for it. The table keeps every such name for the life of
+/// the process.
 fn name_id(name: &str) -> u32 {
-    use std::collections::HashMap;
-    use std::sync::{OnceLock, PoisonError, RwLock};
-    static NAMES: OnceLock<RwLock<HashMap<Box<str>, u32>>> = OnceLock::new();
     if name == DEFAULT_NAME {
         return DEFAULT_NAME_ID;
     }
@@ -349,7 +376,7 @@ impl Quota {
     fn new(algorithm: Algorithm) -> Self {
         Self {
             name: Arc::from(DEFAULT_NAME),
-            name_id: DEFAULT_NAME_ID,
+            name_id: NameId::known(DEFAULT_NAME_ID),
             algorithm,
         }
     }
@@ -462,7 +489,11 @@ impl Quota {
             });
         }
         self.name = Arc::from(name);
-        self.name_id = name_id(name);
+        self.name_id = if name == DEFAULT_NAME {
+            NameId::known(DEFAULT_NAME_ID)
+        } else {
+            NameId::default()
+        };
         Ok(self)
     }
 
@@ -477,10 +508,11 @@ impl Quota {
     /// and the caller instead of by the name's bytes (the shipped local
     /// store does: four bytes a caller instead of the name).
     ///
-    /// Numbers are handed out in the order names are first given, so they
-    /// differ between processes: never store or send one. Every distinct
-    /// name given to a quota is kept in a process-wide table (a few dozen
-    /// bytes each) for the life of the process.
+    /// Numbers are handed out in the order names are first asked for, so
+    /// they differ between processes: never store or send one. Every
+    /// distinct name whose number is asked for is kept in a process-wide
+    /// table (a few dozen bytes each) for the life of the process; a name
+    /// only given to quotas (as a Redis store uses them) is not.
     ///
     /// ```
     /// use ratelimit_core::{Quota, Rate};
@@ -495,7 +527,7 @@ impl Quota {
     /// ```
     #[inline]
     pub fn name_id(&self) -> u32 {
-        self.name_id
+        *self.name_id.0.get_or_init(|| name_id(&self.name))
     }
 
     /// The policy name, shared.
@@ -602,6 +634,40 @@ impl Quota {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn numbered(name: &str) -> bool {
+        NAMES.get().is_some_and(|t| {
+            t.read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(name)
+        })
+    }
+
+    /// A service names a quota per caller state; with a store that keys by
+    /// the name (Redis) the process-wide table of numbers must not grow
+    /// with those names: a name is numbered only when its number is asked.
+    #[test]
+    fn names_are_numbered_only_when_asked() {
+        let base = Quota::fixed_window(Rate::per_minute(5)).unwrap();
+        let names: Vec<String> = (0..1_000).map(|i| format!("per-caller-{i}")).collect();
+        let quotas: Vec<Quota> = names
+            .iter()
+            .map(|n| base.clone().named(n).unwrap())
+            .collect();
+        assert!(
+            names.iter().all(|n| !numbered(n)),
+            "named quotas were numbered"
+        );
+        let id = quotas[7].name_id();
+        assert!(numbered("per-caller-7"));
+        assert_eq!(quotas[7].clone().name_id(), id);
+        assert_eq!(base.clone().named("per-caller-7").unwrap().name_id(), id);
+        assert_ne!(quotas[8].name_id(), id);
+        assert!(names[9..].iter().all(|n| !numbered(n)));
+        // Equality and hashing follow the name whether or not it is numbered.
+        assert_eq!(quotas[9], base.clone().named("per-caller-9").unwrap());
+        assert_eq!(base.clone().named("default").unwrap().name_id(), 0);
+    }
 
     #[test]
     fn rejects_zeros() {
