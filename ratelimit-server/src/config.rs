@@ -28,11 +28,11 @@
 mod limit;
 mod yaml;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use foldhash::HashMap;
 use ratelimit_core::AlgorithmKind;
 
 pub use limit::{RateLimit, Unit, algorithm_name, parse_algorithm};

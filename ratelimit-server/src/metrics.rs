@@ -16,12 +16,12 @@
 //! No label ever holds a caller's value unless the configuration asks for
 //! it (`detailed_metric`, `value_to_metric`).
 
-use std::collections::HashMap;
 use std::sync::{OnceLock, RwLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use foldhash::HashMap;
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use ratelimit_core::Source;

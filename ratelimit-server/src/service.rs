@@ -11,7 +11,6 @@
 //! 11 of the design. (envoyproxy/ratelimit counts every descriptor of
 //! every request, denied or not.)
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -141,8 +140,16 @@ impl fmt::Debug for RateLimitService {
 /// 16 bytes of the SHA-256 of its entries (with shared wildcard patterns in
 /// place of values), each length-prefixed so no two lists collide.
 pub fn state_name(entries: &[(&str, &str)], shared: &[Option<String>]) -> String {
+    state_name_of(entries.iter().copied(), shared)
+}
+
+/// [`state_name`] over the entries as they come.
+fn state_name_of<'a>(
+    entries: impl Iterator<Item = (&'a str, &'a str)>,
+    shared: &[Option<String>],
+) -> String {
     let mut h = Sha256::new();
-    for (i, (k, v)) in entries.iter().enumerate() {
+    for (i, (k, v)) in entries.enumerate() {
         let v = shared.get(i).and_then(|s| s.as_deref()).unwrap_or(v);
         h.update((k.len() as u64).to_be_bytes());
         h.update(k.as_bytes());
@@ -361,7 +368,6 @@ impl RateLimitService {
         // 2. The charges.
         let mut slots: Vec<Slot> = Vec::with_capacity(n);
         let mut charges: Vec<Charge> = Vec::new();
-        let mut by_name: HashMap<String, usize> = HashMap::new();
         let quota_mode_count = found
             .iter()
             .zip(&unlimited)
@@ -394,17 +400,19 @@ impl RateLimitService {
                 slots.push(Slot::Check(f));
                 continue;
             }
-            let entries: Vec<(&str, &str)> = request.descriptors[i]
-                .entries
-                .iter()
-                .map(|e| (e.key.as_str(), e.value.as_str()))
-                .collect();
-            let name = state_name(&entries, &f.shared);
+            let name = state_name_of(
+                request.descriptors[i]
+                    .entries
+                    .iter()
+                    .map(|e| (e.key.as_str(), e.value.as_str())),
+                &f.shared,
+            );
             // A quota-mode descriptor alone decides like any other; with
             // several, each is charged as a shadow quota and the request is
             // over the limit only if all of them are.
             let shadow = f.limit.shadow_mode || (f.limit.quota_mode && quota_mode_count > 1);
-            if let Some(&c) = by_name.get(&name) {
+            // (A request holds a few descriptors: a scan beats a map.)
+            if let Some(c) = charges.iter().position(|c| c.quota.name() == name) {
                 // Two descriptors with the same entries share one state:
                 // charge it once for both.
                 let total = charges[c].cost.saturating_add(cost);
@@ -433,7 +441,6 @@ impl RateLimitService {
             } else {
                 named.clone()
             };
-            by_name.insert(name, charges.len());
             charges.push(Charge {
                 quota: named,
                 display,

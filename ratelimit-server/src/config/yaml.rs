@@ -3,9 +3,10 @@
 //! keys out of place ignored with a warning), then each descriptor and
 //! `rate_limit` block into the domain's descriptor tree.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use foldhash::HashMap;
 use ratelimit_core::AlgorithmKind;
 use serde_norway::Value;
 
@@ -361,7 +362,7 @@ impl Loader<'_> {
                 });
             }
             let mut node = Node {
-                children: HashMap::new(),
+                children: HashMap::default(),
                 wildcards: Vec::new(),
                 limit,
                 value_to_metric,
