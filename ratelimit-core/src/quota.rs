@@ -1,6 +1,5 @@
 //! Validated quota configuration for the four algorithms.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
@@ -301,8 +300,9 @@ const DEFAULT_NAME: &str = "default";
 /// The number of [`DEFAULT_NAME`].
 const DEFAULT_NAME_ID: u32 = 0;
 
-/// The names given numbers in this process ([`name_id`]).
-static NAMES: OnceLock<RwLock<HashMap<Box<str>, u32>>> = OnceLock::new();
+/// The names given numbers in this process ([`name_id`]), hashed with a
+/// per-process random seed.
+static NAMES: OnceLock<RwLock<foldhash::HashMap<Box<str>, u32>>> = OnceLock::new();
 
 /// The number of policy name `name` in this process: `"default"` is 0, and
 /// every other name gets the next number the first time a quota of that
