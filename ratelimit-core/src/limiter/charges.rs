@@ -53,10 +53,13 @@ impl Limiter {
         }
         let inner = &*self.inner;
         let key = KeyBuf::new(&inner.prefix, caller.as_ref());
-        Ok(self
-            .decide_charges(key.as_slice(), charges)
-            .instrument(telemetry::span(&inner.namespace))
-            .await)
+        // The span only when a subscriber takes it: wrapping the future
+        // moves it (a kilobyte) and builds the span on every call.
+        let decided = self.decide_charges(key.as_slice(), charges);
+        Ok(match telemetry::span_if_enabled(&inner.namespace) {
+            Some(span) => decided.instrument(span).await,
+            None => decided.await,
+        })
     }
 
     /// [`Limiter::check_charges`] once the charges are checked.

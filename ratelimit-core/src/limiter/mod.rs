@@ -275,10 +275,12 @@ impl Limiter {
         let key = KeyBuf::owned(&self.inner.prefix, caller);
         Check::pending(async move {
             let costs = vec![1; self.inner.quotas.len()];
-            self.decide_many(&key, &costs)
-                .instrument(telemetry::span(&self.inner.namespace))
-                .await
-                .decision
+            let decided = self.decide_many(&key, &costs);
+            match telemetry::span_if_enabled(&self.inner.namespace) {
+                Some(span) => decided.instrument(span).await,
+                None => decided.await,
+            }
+            .decision
         })
     }
 
@@ -348,10 +350,11 @@ impl Limiter {
             });
         }
         let key = KeyBuf::new(&inner.prefix, caller);
-        Ok(self
-            .decide_many(key.as_slice(), costs)
-            .instrument(telemetry::span(&inner.namespace))
-            .await)
+        let decided = self.decide_many(key.as_slice(), costs);
+        Ok(match telemetry::span_if_enabled(&inner.namespace) {
+            Some(span) => decided.instrument(span).await,
+            None => decided.await,
+        })
     }
 
     /// Checks `caller` against `quota` only (which need not be one of the
