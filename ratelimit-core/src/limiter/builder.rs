@@ -149,7 +149,7 @@ impl LimiterBuilder {
         self
     }
 
-    /// Leases for at most `callers` callers (default
+    /// At most `callers` leases, one per caller and quota (default
     /// [`super::DEFAULT_LEASE_CALLERS`], 100,000; on for every store that is
     /// not in process): while the store cannot answer, a caller it answered
     /// recently is decided from that answer ([`crate::Source::Lease`]):

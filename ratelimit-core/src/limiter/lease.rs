@@ -51,14 +51,15 @@
 //!
 //! # Cost and memory
 //!
-//! One lock of one of [`SHARDS`] shards and one hash lookup per store
-//! decision (an allocation only for a caller not seen before). At most
-//! `capacity` callers are kept; a full shard first drops the leases whose
-//! reset has passed (only when one has), and a caller that still finds no
-//! room gets no lease (decided, while the store cannot answer, as a caller
-//! the store never answered).
+//! A lease is kept per caller **and quota**: one lock of one of [`SHARDS`]
+//! shards and one hash lookup per quota of a store decision (an allocation
+//! only for a lease not held before), whatever number of quotas a caller
+//! has (a rate-limit service names a quota per descriptor state under one
+//! caller, its domain). At most `capacity` leases are kept; a full shard
+//! first drops the leases whose reset has passed (only when one has), and
+//! a lease that still finds no room is not kept (its caller is decided,
+//! while the store cannot answer, as a caller the store never answered).
 
-use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -68,17 +69,15 @@ use crate::clock::{Micros, duration_to_micros};
 use crate::decision::{Decision, Source};
 use crate::quota::Quota;
 
-/// Shards of the lease table: callers spread over this many locks.
+/// Shards of the lease table: leases spread over this many locks.
 pub(crate) const SHARDS: usize = 64;
 
-/// The default most callers a limiter keeps leases for: 100,000.
+/// The default most leases (callers and quotas) a limiter keeps: 100,000.
 pub const DEFAULT_LEASE_CALLERS: usize = 100_000;
 
 /// One caller's lease under one quota.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Lease {
-    /// The quota's fingerprint (name and numbers).
-    quota: u64,
     /// What may be admitted from the lease: the store's `remaining` / N.
     share: u64,
     /// What has been admitted from it since the store's answer.
@@ -87,10 +86,10 @@ struct Lease {
     reset_at: Micros,
 }
 
-/// One shard: callers' leases by store key.
+/// One shard: leases by [`LeaseId`].
 #[derive(Debug, Default)]
 struct Shard {
-    map: HashMap<Box<[u8]>, SmallVec<[Lease; 1]>>,
+    map: foldhash::HashMap<Box<[u8]>, Lease>,
     /// The earliest `reset_at` in the shard (0: empty): nothing can be
     /// dropped before it.
     earliest: Micros,
@@ -107,6 +106,17 @@ pub(crate) struct Ask<'a> {
     pub(crate) shadow: bool,
 }
 
+/// A lease's name in the table: the caller's store key and the quota's
+/// fingerprint (8 bytes, at the end, so no two pairs share a name).
+type LeaseId = SmallVec<[u8; 72]>;
+
+fn lease_id(key: &[u8], fingerprint: u64) -> LeaseId {
+    let mut id = LeaseId::with_capacity(key.len() + 8);
+    id.extend_from_slice(key);
+    id.extend_from_slice(&fingerprint.to_le_bytes());
+    id
+}
+
 /// The leases of one limiter (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Leases {
@@ -116,8 +126,8 @@ pub(crate) struct Leases {
 }
 
 impl Leases {
-    /// Leases for at most `capacity` callers (at least one a shard), each
-    /// the store's remaining divided by `instances`.
+    /// At most `capacity` leases (at least one a shard), each the store's
+    /// remaining divided by `instances`.
     pub(crate) fn new(capacity: usize, instances: u32) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
@@ -126,15 +136,19 @@ impl Leases {
         }
     }
 
-    fn shard(&self, key: &[u8]) -> MutexGuard<'_, Shard> {
-        // FNV-1a: cheap, and the map hashes the key again with its own
+    /// The shard of lease `id`.
+    fn shard_of(id: &[u8]) -> usize {
+        // FNV-1a: cheap, and the map hashes the name again with its own
         // (keyed) hasher.
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &b in key {
+        for &b in id {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
-        let i = usize::try_from(h % SHARDS as u64).unwrap_or(0);
-        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+        usize::try_from(h % SHARDS as u64).unwrap_or(0)
+    }
+
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
+        self.shards[shard].lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The store decided `d` for `key` under the quota of `fingerprint`, for
@@ -142,34 +156,27 @@ impl Leases {
     /// quota is replaced.
     pub(crate) fn record(&self, key: &[u8], fingerprint: u64, d: &Decision, sent: Micros) {
         let mut lease = Lease {
-            quota: fingerprint,
             share: d.remaining / self.instances,
             spent: 0,
             reset_at: sent.saturating_add(duration_to_micros(d.reset_after)),
         };
-        let mut shard = self.shard(key);
-        if let Some(leases) = shard.map.get_mut(key) {
-            match leases.iter_mut().find(|l| l.quota == fingerprint) {
-                Some(l) => {
-                    // What the previous lease admitted, the store never
-                    // counted: it stays spent until that lease's reset,
-                    // so that answers coming between failures do not
-                    // hand the same budget out again.
-                    if sent < l.reset_at {
-                        lease.spent = l.spent;
-                        lease.reset_at = lease.reset_at.max(l.reset_at);
-                    }
-                    *l = lease;
-                }
-                None => leases.push(lease),
+        let id = lease_id(key, fingerprint);
+        let mut shard = self.lock(Self::shard_of(&id));
+        if let Some(l) = shard.map.get_mut(&id[..]) {
+            // What the previous lease admitted, the store never counted:
+            // it stays spent until that lease's reset, so that answers
+            // coming between failures do not hand the same budget out
+            // again.
+            if sent < l.reset_at {
+                lease.spent = l.spent;
+                lease.reset_at = lease.reset_at.max(l.reset_at);
             }
+            *l = lease;
         } else {
             if shard.map.len() >= self.per_shard && !shard.make_room(sent, self.per_shard) {
                 return;
             }
-            let mut leases = SmallVec::new();
-            leases.push(lease);
-            shard.map.insert(key.into(), leases);
+            shard.map.insert(id[..].into(), lease);
         }
         if shard.earliest == 0 || lease.reset_at < shard.earliest {
             shard.earliest = lease.reset_at;
@@ -191,32 +198,49 @@ impl Leases {
         asks: &[Ask<'_>],
         now: Micros,
     ) -> Option<Vec<Decision>> {
-        let mut shard = self.shard(key);
-        let leases = shard.map.get_mut(key)?;
-        let mut found: SmallVec<[usize; 4]> = SmallVec::new();
-        for ask in asks {
-            let i = leases
-                .iter()
-                .position(|l| l.quota == ask.fingerprint && now < l.reset_at)?;
-            found.push(i);
+        let ids: SmallVec<[(usize, LeaseId); 4]> = asks
+            .iter()
+            .map(|a| {
+                let id = lease_id(key, a.fingerprint);
+                (Self::shard_of(&id), id)
+            })
+            .collect();
+        // Every shard involved, locked in ascending order (no two callers
+        // can wait for each other), so that the answer is all or nothing.
+        let mut order: SmallVec<[usize; 4]> = ids.iter().map(|(s, _)| *s).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: SmallVec<[MutexGuard<'_, Shard>; 4]> =
+            order.iter().map(|&s| self.lock(s)).collect();
+        let at = |shard: usize| order.binary_search(&shard).unwrap_or(0);
+        let mut found: SmallVec<[Lease; 4]> = SmallVec::new();
+        for (shard, id) in &ids {
+            let l = guards[at(*shard)].map.get(&id[..])?;
+            if now >= l.reset_at {
+                return None;
+            }
+            found.push(*l);
         }
         let admits = |l: &Lease, cost: u64| l.spent.saturating_add(cost) <= l.share;
         let admitted = asks
             .iter()
             .zip(&found)
-            .all(|(ask, &i)| ask.shadow || admits(&leases[i], ask.cost));
+            .all(|(ask, l)| ask.shadow || admits(l, ask.cost));
         let mut decisions = Vec::with_capacity(asks.len());
-        for (ask, &i) in asks.iter().zip(&found) {
-            let l = &mut leases[i];
+        for ((ask, l), (shard, id)) in asks.iter().zip(&found).zip(&ids) {
             let own = admits(l, ask.cost);
+            let mut spent = l.spent;
             if admitted && own {
-                l.spent += ask.cost;
+                spent += ask.cost;
+                if let Some(held) = guards[at(*shard)].map.get_mut(&id[..]) {
+                    held.spent = spent;
+                }
             }
             let reset_after = Duration::from_micros(l.reset_at - now);
             decisions.push(Decision {
                 allowed: own,
                 limit: ask.quota.limit(),
-                remaining: l.share - l.spent.min(l.share),
+                remaining: l.share - spent.min(l.share),
                 reset_after,
                 retry_after: (!own).then_some(reset_after),
                 source: Source::Lease,
@@ -225,9 +249,9 @@ impl Leases {
         Some(decisions)
     }
 
-    /// How many callers hold a lease (live or not yet dropped).
+    /// How many leases are held (live or not yet dropped).
     #[cfg(test)]
-    fn callers(&self) -> usize {
+    fn held(&self) -> usize {
         self.shards
             .iter()
             .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).map.len())
@@ -240,16 +264,8 @@ impl Shard {
     /// whether there is room now.
     fn make_room(&mut self, now: Micros, per_shard: usize) -> bool {
         if self.earliest != 0 && self.earliest <= now {
-            self.map.retain(|_, leases| {
-                leases.retain(|l| l.reset_at > now);
-                !leases.is_empty()
-            });
-            self.earliest = self
-                .map
-                .values()
-                .flat_map(|ls| ls.iter().map(|l| l.reset_at))
-                .min()
-                .unwrap_or(0);
+            self.map.retain(|_, l| l.reset_at > now);
+            self.earliest = self.map.values().map(|l| l.reset_at).min().unwrap_or(0);
         }
         self.map.len() < per_shard
     }
@@ -390,6 +406,43 @@ mod tests {
         assert!(leases.decide_all(b"a", &missing, 1).is_none());
     }
 
+    /// A rate-limit service asks for one caller (its domain) under a quota
+    /// per descriptor state: the table holds at most its capacity in leases
+    /// however many quotas one caller has, and each quota's lease is found
+    /// by itself (not by a scan of the caller's others).
+    #[test]
+    fn one_caller_with_many_quotas_holds_at_most_the_capacity_in_leases() {
+        let (q, leases) = (quota(), Leases::new(1_000, 1));
+        for fp in 0..5_000u64 {
+            leases.record(b"domain", fp, &store_decision(true, 2, 30), 0);
+        }
+        assert!(
+            leases.held() <= 1_000 + SHARDS,
+            "{} leases held",
+            leases.held()
+        );
+        let kept: Vec<u64> = (0..5_000u64)
+            .filter(|&fp| {
+                let a = Ask {
+                    fingerprint: fp,
+                    ..ask(&q, 1)
+                };
+                leases.decide(b"domain", a, 1).is_some()
+            })
+            .collect();
+        assert!(!kept.is_empty() && kept.len() <= 1_000 + SHARDS);
+        // Each kept lease is its quota's own: a share of 2, one spent
+        // above, one more admitted, then denied; another caller under the
+        // same quota has none.
+        let a = Ask {
+            fingerprint: kept[0],
+            ..ask(&q, 1)
+        };
+        assert!(leases.decide(b"domain", a, 2).unwrap().allowed);
+        assert!(!leases.decide(b"domain", a, 3).unwrap().allowed);
+        assert!(leases.decide(b"other", a, 3).is_none());
+    }
+
     #[test]
     fn a_full_table_drops_expired_leases_and_else_keeps_what_it_has() {
         let leases = Leases::new(SHARDS, 1);
@@ -398,13 +451,13 @@ mod tests {
         for i in 0..1_000u32 {
             leases.record(&i.to_be_bytes(), 7, &store_decision(true, 1, 10), 0);
         }
-        let full = leases.callers();
+        let full = leases.held();
         assert!(full <= SHARDS);
         // Before the reset a new caller finds no room; after it, it does.
         for i in 1_000..2_000u32 {
             leases.record(&i.to_be_bytes(), 7, &store_decision(true, 1, 10), 1);
         }
-        assert_eq!(leases.callers(), full);
+        assert_eq!(leases.held(), full);
         for i in 2_000..3_000u32 {
             leases.record(
                 &i.to_be_bytes(),
@@ -413,7 +466,7 @@ mod tests {
                 10_000_001,
             );
         }
-        assert!(leases.callers() <= SHARDS);
+        assert!(leases.held() <= SHARDS);
         let q = quota();
         assert!(
             leases
