@@ -143,6 +143,11 @@ struct Cli {
     /// The prefix of every Redis key.
     #[arg(long, default_value = "rl", env = "RLS_REDIS_PREFIX")]
     redis_prefix: String,
+    /// Whether the Redis store sends and reads its calls on a thread of
+    /// its own (the library's `io_thread`; `false`: on the service's
+    /// runtime).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "RLS_REDIS_IO_THREAD")]
+    redis_io_thread: bool,
     /// The number of service instances sharing the Redis store: while it is
     /// unavailable each instance decides in process at every limit / N.
     #[arg(long, env = "RLS_INSTANCES")]
@@ -350,6 +355,7 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
                 cli
             )
             .prefix(&cli.redis_prefix)
+            .io_thread(cli.redis_io_thread)
             .build()
             .await
             .map_err(|e| {
@@ -369,6 +375,7 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
                     cli
                 )
                 .prefix(&cli.redis_prefix)
+                .io_thread(cli.redis_io_thread)
                 .build()
                 .await
                 .map_err(|e| {
@@ -403,6 +410,7 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
                     cli
                 )
                 .prefix(&cli.redis_prefix)
+                .io_thread(cli.redis_io_thread)
                 .build()
                 .await
                 .map_err(|e| {

@@ -86,8 +86,12 @@ fn two_instances_share_one_redis_all_or_nothing_and_degrade_to_a_divided_limit()
         ]
     };
     let a_args = args("2");
+    // The second instance's store calls run on its own runtime, not on the
+    // store's I/O thread: the shared counts must not differ.
+    let mut b_args = args("2");
+    b_args.extend(["--redis-io-thread".to_owned(), "false".to_owned()]);
     let a = Server::start(&a_args.iter().map(String::as_str).collect::<Vec<_>>());
-    let b = Server::start(&a_args.iter().map(String::as_str).collect::<Vec<_>>());
+    let b = Server::start(&b_args.iter().map(String::as_str).collect::<Vec<_>>());
     shared_and_all_or_nothing(&a, &b);
     // The state is in Redis, under the prefix and the domain's hash tag.
     let mut conn = redis.connection();
