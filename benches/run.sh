@@ -9,8 +9,9 @@
 # still. Needs redis-server, redis-cli and redis-benchmark (Debian:
 # redis-server, redis-tools), valgrind, wrk and taskset (util-linux); the
 # peers' script fetches redis-cell's and Limitador's sources with cargo. The
-# service's comparison runs throttlecrab-server when THROTTLECRAB_SERVER
-# names its binary (see ratelimit-server/README.md), and without it otherwise.
+# service's comparison runs throttlecrab-server and Limitador's server when
+# THROTTLECRAB_SERVER and LIMITADOR_SERVER name their binaries (how to build
+# them: ratelimit-server/benches/loadgen.rs), and without them otherwise.
 #
 # Output: target/bench-results/*.md (one file per benchmark, as each program
 # prints it), then BENCHMARKS.md and docs/benchmarks.svg, assembled from
@@ -106,8 +107,9 @@ cargo run -q --release -p ratelimit-examples --bin retry_storm -- --redis redis:
 cargo run -q --release -p ratelimit-examples --bin workers -- --redis redis://127.0.0.1:6399/ | tee "$OUT/workers.md"
 redis-cli -p 6399 shutdown nosave || true
 
-# The service against throttlecrab-server under the same gRPC load.
-cargo bench -p ratelimit-server --bench loadgen -- --duration 5 --rounds "$RUNS" | tee "$OUT/server.md"
+# The service against throttlecrab-server and Limitador's server under the
+# same gRPC load (closed and open loop; local, Redis and cluster backends).
+cargo bench -p ratelimit-server --bench loadgen -- --rounds "$RUNS" | tee "$OUT/server.md"
 
 # TLS against plain text: the handshake and a decision's cost.
 cargo run -q --release -p ratelimit-benches --bin tls_cost -- --runs 5 --seconds 3 | tee "$OUT/tls_cost.md"

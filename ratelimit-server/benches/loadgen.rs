@@ -1,49 +1,158 @@
-//! Side-by-side load: `ratelimit-server` against `throttlecrab-server`, and
-//! the service's overhead over the library call.
+//! The service under gRPC load, beside its peers: `ratelimit-server`,
+//! `throttlecrab-server` and Limitador's server, the same requests from one
+//! load generator on the same machine, in alternating rounds.
 //!
 //! ```sh
-//! # throttlecrab-server, in its own target directory (its build needs protoc:
-//! # apt-get install protobuf-compiler):
-//! CARGO_TARGET_DIR=target/throttlecrab cargo install throttlecrab-server --root target/throttlecrab
-//! THROTTLECRAB_SERVER=target/throttlecrab/bin/throttlecrab-server \
-//!     cargo bench -p ratelimit-server --bench loadgen -- --duration 5
+//! cargo bench -p ratelimit-server --bench loadgen
 //! ```
 //!
-//! Each target gets the same closed loop: `--concurrency` requests in
-//! flight (default 32) over `--connections` HTTP/2 connections (default
-//! 4), for `--duration` seconds (default 5) after a one-second warm-up,
-//! each request for one of `--keys` keys (default 10,000) drawn at random,
-//! under comparable limits: a token bucket (GCRA) of 100 per minute, burst
-//! 100, on both servers. The load generator runs in the same process as
-//! the in-process targets and beside the servers, on the same machine.
-//! It prints a Markdown table: requests per second, p50, p99 and p99.9 of
-//! the response time, and the share admitted.
+//! The peers are run when their binaries are named (each is built apart
+//! from this workspace; their builds need `protoc`:
+//! `apt-get install protobuf-compiler`):
+//!
+//! ```sh
+//! # throttlecrab-server, from crates.io:
+//! CARGO_TARGET_DIR=target/throttlecrab cargo install throttlecrab-server --root target/throttlecrab
+//! # Limitador's server, from its public repository (Kuadrant/limitador),
+//! # built in its own checkout (its RocksDB storage also needs libclang-dev):
+//! cargo build --release -p limitador-server
+//!
+//! THROTTLECRAB_SERVER=target/throttlecrab/bin/throttlecrab-server \
+//! LIMITADOR_SERVER=/path/to/limitador/target/release/limitador-server \
+//!     cargo bench -p ratelimit-server --bench loadgen
+//! ```
+//!
+//! # Targets
+//!
+//! - `ratelimit-server` on the local store, on one Redis node and on a
+//!   local 3-master Redis Cluster (`--no-redis`, `--no-cluster` leave them
+//!   out), over Redis with `--timeout 1s` so that every decision is the
+//!   store's (at the default 20 ms the generator's lag on a shared core
+//!   turns some into lease answers);
+//! - `throttlecrab-server` (its own gRPC `Throttle`, GCRA, in process);
+//! - Limitador's server with its `memory` and `redis` storages, over the
+//!   same Envoy `ShouldRateLimit` requests as ours;
+//! - the floor: `Limiter::check` on the local store and the service's
+//!   `should_rate_limit` in process (no network).
+//!
+//! Every server gets the same limits: 100 per minute per key (a fixed
+//! window for ours and Limitador, envoyproxy/ratelimit's semantics; GCRA
+//! 100 per minute, burst 100, for throttlecrab-server), one of `--keys`
+//! keys (default 100,000) drawn at random per request, so that
+//! nearly every request is admitted on every server.
+//!
+//! # Loads
+//!
+//! - **closed loop** at each of `--in-flight` (default `16,256`) requests
+//!   in flight, one descriptor per request, and at the first of them with
+//!   three descriptors per request (the Envoy RLS servers only);
+//! - **open loop** at each of `--open` (default `0.5,0.8`) times the target's
+//!   capacity, the capacity being its closed-loop rate at the largest
+//!   in-flight count in the same round: requests are sent at their
+//!   scheduled times whether or not earlier ones have been answered, and
+//!   each one's latency runs from its scheduled time (no coordinated
+//!   omission; the generator's timer adds up to a millisecond at low
+//!   rates).
+//!
+//! With two CPUs or more (and `taskset`), the servers run on the last CPU
+//! and the generator, with the Redis servers it starts, on the others
+//! (`--no-pin` leaves them to the scheduler): on a 2-core machine the
+//! generator has one core to the server's one, and it, not the server,
+//! sets the open loop's tail latency.
+//!
+//! Requests go over `--connections` HTTP/2 connections (default 4), as
+//! Envoy multiplexes its calls to a rate-limit cluster. Each load runs
+//! `--duration` seconds (default 4) after a one-second warm-up;
+//! `--rounds` (default 3) rounds alternate the targets.
+//!
+//! # Output
+//!
+//! A Markdown table of the medians over the rounds: requests per second,
+//! p50, p99 and p99.9 of the response time, the server process's CPU time
+//! per request and, for Redis backends, the Redis servers' CPU time per
+//! request (both from `/proc/<pid>/stat` over the measured window), and the
+//! share admitted. Then the ratios the service is held to, and every
+//! round's rows.
 
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use rand::Rng;
 use ratelimit_core::{Limiter, Quota, Rate};
 use ratelimit_local::LocalStore;
 use ratelimit_server::{Config, RateLimitService, Settings};
+use ratelimit_testkit::redis_cluster::RedisCluster;
+use ratelimit_testkit::redis_server::RedisServer;
 use tonic::transport::{Channel, Endpoint};
 
-const CONFIG: &str = "domain: bench
+/// Our configuration: domain `one` (descriptor `a`) and domain `three`
+/// (descriptors `a`, `b`, `c`), 100 per minute each.
+const OURS_ONE: &str = "domain: one
 descriptors:
-  - key: key
+  - key: a
     rate_limit:
       unit: minute
       requests_per_unit: 100
-      algorithm: token_bucket
-      burst: 100
+";
+
+/// See [`OURS_ONE`].
+const OURS_THREE: &str = "domain: three
+descriptors:
+  - key: a
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+  - key: b
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+  - key: c
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+";
+
+/// The same limits for Limitador: namespace `one` counts per value of the
+/// first descriptor's `a`; namespace `three` per value of `a`, `b` and `c`
+/// of the first, second and third descriptors.
+const LIMITADOR_LIMITS: &str = "---
+- namespace: one
+  max_value: 100
+  seconds: 60
+  conditions: []
+  variables:
+    - descriptors[0].a
+- namespace: three
+  max_value: 100
+  seconds: 60
+  conditions: []
+  variables:
+    - descriptors[0].a
+- namespace: three
+  max_value: 100
+  seconds: 60
+  conditions: []
+  variables:
+    - descriptors[1].b
+- namespace: three
+  max_value: 100
+  seconds: 60
+  conditions: []
+  variables:
+    - descriptors[2].c
 ";
 
 /// throttlecrab's `ThrottleRequest` (its proto: `throttlecrab.RateLimiter`).
@@ -79,160 +188,444 @@ struct ThrottleResponse {
 #[derive(Debug, Clone)]
 struct Opts {
     duration: Duration,
-    concurrency: usize,
+    in_flight: Vec<usize>,
+    open: Vec<f64>,
     connections: usize,
     keys: u32,
+    rounds: usize,
     throttlecrab: Option<PathBuf>,
+    limitador: Option<PathBuf>,
     redis: bool,
-    rounds: u32,
+    cluster: bool,
+    /// The CPUs of the servers and of the generator (with Redis), when
+    /// pinned.
+    pin: Option<(String, String)>,
+}
+
+fn usage(msg: &str) -> ! {
+    eprintln!(
+        "loadgen: {msg}\nusage: loadgen [--duration S] [--in-flight N,N] [--open F,F] \
+         [--connections N] [--keys N] [--rounds N] [--throttlecrab BIN] [--limitador BIN] \
+         [--no-redis] [--no-cluster] [--no-pin]"
+    );
+    std::process::exit(2)
+}
+
+fn list<T: std::str::FromStr>(flag: &str, v: &str) -> Vec<T> {
+    v.split(',')
+        .map(|x| {
+            x.trim()
+                .parse()
+                .unwrap_or_else(|_| usage(&format!("{flag}: cannot read {x:?}")))
+        })
+        .collect()
 }
 
 fn opts() -> Opts {
     let mut o = Opts {
-        duration: Duration::from_secs(5),
-        concurrency: 32,
+        duration: Duration::from_secs(4),
+        in_flight: vec![16, 256],
+        open: vec![0.5, 0.8],
         connections: 4,
-        keys: 10_000,
+        keys: 100_000,
+        rounds: 3,
         throttlecrab: std::env::var_os("THROTTLECRAB_SERVER").map(PathBuf::from),
+        limitador: std::env::var_os("LIMITADOR_SERVER").map(PathBuf::from),
         redis: true,
-        rounds: 2,
+        cluster: true,
+        pin: pinning(),
     };
-    let args: Vec<String> = std::env::args().collect();
-    let mut i = 1;
-    while i < args.len() {
-        let next = args.get(i + 1).cloned().unwrap_or_default();
-        match args[i].as_str() {
-            "--duration" => o.duration = Duration::from_secs_f64(next.parse().unwrap_or(5.0)),
-            "--concurrency" => o.concurrency = next.parse().unwrap_or(32),
-            "--connections" => o.connections = next.parse().unwrap_or(4),
-            "--keys" => o.keys = next.parse().unwrap_or(10_000),
-            "--rounds" => o.rounds = next.parse().unwrap_or(2),
-            "--throttlecrab" => o.throttlecrab = Some(PathBuf::from(next)),
-            "--no-redis" => {
-                o.redis = false;
-                i += 1;
-                continue;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || {
+            args.next()
+                .unwrap_or_else(|| usage(&format!("{a} needs a value")))
+        };
+        match a.as_str() {
+            "--duration" => {
+                let s: f64 = list("--duration", &value())[0];
+                if s.is_nan() || s <= 0.0 {
+                    usage("--duration must be above 0");
+                }
+                o.duration = Duration::from_secs_f64(s);
             }
-            _ => {
-                i += 1;
-                continue;
-            }
+            "--in-flight" => o.in_flight = list("--in-flight", &value()),
+            "--open" => o.open = list("--open", &value()),
+            "--connections" => o.connections = list("--connections", &value())[0],
+            "--keys" => o.keys = list("--keys", &value())[0],
+            "--rounds" => o.rounds = list("--rounds", &value())[0],
+            "--throttlecrab" => o.throttlecrab = Some(PathBuf::from(value())),
+            "--limitador" => o.limitador = Some(PathBuf::from(value())),
+            "--no-redis" => o.redis = false,
+            "--no-cluster" => o.cluster = false,
+            "--no-pin" => o.pin = None,
+            // cargo bench passes --bench.
+            "--bench" => {}
+            other => usage(&format!("unknown option {other:?}")),
         }
-        i += 2;
+    }
+    o.throttlecrab = o.throttlecrab.map(|p| binary(&p));
+    o.limitador = o.limitador.map(|p| binary(&p));
+    if o.in_flight.is_empty() || o.in_flight.contains(&0) {
+        usage("--in-flight needs counts above 0");
+    }
+    if o.open.iter().any(|f| f.is_nan() || *f <= 0.0) {
+        usage("--open needs fractions above 0");
+    }
+    if o.connections == 0 || o.keys == 0 || o.rounds == 0 {
+        usage("--connections, --keys and --rounds must be above 0");
     }
     o
 }
 
-/// What one run measured.
+/// A peer's binary: as given, or relative to the workspace (`cargo bench`
+/// runs this program in the package's directory).
+fn binary(p: &Path) -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    [p.to_path_buf(), workspace.join(p)]
+        .into_iter()
+        .find(|c| c.is_file())
+        .and_then(|c| c.canonicalize().ok())
+        .unwrap_or_else(|| usage(&format!("no such binary: {}", p.display())))
+}
+
+/// The servers on the last CPU, the generator (and the Redis servers it
+/// starts) on the others, when there are two or more and `taskset` is
+/// there.
+fn pinning() -> Option<(String, String)> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let taskset = Command::new("taskset")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if n < 2 || !taskset {
+        return None;
+    }
+    let others = if n == 2 {
+        "0".to_owned()
+    } else {
+        format!("0-{}", n - 2)
+    };
+    Some(((n - 1).to_string(), others))
+}
+
+/// Pins this process (and so the threads and processes it starts after)
+/// to `cpus`.
+fn pin_self(cpus: &str) {
+    let ok = Command::new("taskset")
+        .args(["-p", "-c", cpus, &std::process::id().to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "taskset -p -c {cpus} failed");
+}
+
+/// A call: (connection, key) to whether the request was admitted; `None`
+/// when the call failed.
+type Call =
+    Arc<dyn Fn(usize, u32) -> Pin<Box<dyn Future<Output = Option<bool>> + Send>> + Send + Sync>;
+
+/// How the load is offered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Load {
+    /// `n` requests in flight, each sent when the one before it is
+    /// answered.
+    Closed(usize),
+    /// Requests sent at `rate` per second (`fraction` of the capacity).
+    Open { fraction: f64, rate: f64 },
+}
+
+impl Load {
+    fn label(&self) -> String {
+        match *self {
+            Load::Closed(n) => format!("closed, {n} in flight"),
+            Load::Open { fraction, .. } => format!("open, {fraction} × capacity"),
+        }
+    }
+}
+
+/// What one load measured.
+#[derive(Debug, Clone)]
 struct Measured {
-    name: String,
+    target: String,
+    load: String,
+    descriptors: usize,
+    /// Answered requests sent within the measured window.
     requests: u64,
     admitted: u64,
-    elapsed: Duration,
+    failed: u64,
+    window: Duration,
+    /// Open loop: the rate asked for, and the requests the generator could
+    /// not send on time (over its bound on outstanding requests).
+    offered: Option<f64>,
+    unsent: u64,
     latencies_us: Vec<u32>,
-    /// Every request, warm-up included.
-    all: u64,
-    /// The server process's CPU time over the whole run (warm-up included).
+    /// Open loop: how late the generator sent each request after its
+    /// scheduled time, sorted (a generator that lags measures itself).
+    lag_us: Vec<u32>,
     server_cpu: Option<Duration>,
+    store_cpu: Option<Duration>,
 }
 
 impl Measured {
-    fn row(&mut self) -> String {
-        self.latencies_us.sort_unstable();
-        let q = |p: f64| {
-            let n = self.latencies_us.len();
-            if n == 0 {
-                return 0.0;
-            }
-            let i = ((n as f64 * p).ceil() as usize).clamp(1, n) - 1;
-            f64::from(self.latencies_us[i])
-        };
-        let cpu = match self.server_cpu {
-            Some(c) => format!("{:.0}", c.as_secs_f64() * 1e6 / self.all.max(1) as f64),
-            None => "-".to_owned(),
-        };
-        format!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {:.1} % |",
-            self.name,
-            self.requests as f64 / self.elapsed.as_secs_f64(),
-            q(0.50),
-            q(0.99),
-            q(0.999),
-            cpu,
-            100.0 * self.admitted as f64 / self.requests.max(1) as f64
-        )
+    fn rate(&self) -> f64 {
+        self.requests as f64 / self.window.as_secs_f64()
+    }
+
+    fn quantile(&self, p: f64) -> f64 {
+        quantile(&self.latencies_us, p)
+    }
+
+    /// The p99 of the generator's lag behind schedule (open loop only).
+    fn lag_p99(&self) -> f64 {
+        quantile(&self.lag_us, 0.99)
+    }
+
+    fn per_request(&self, cpu: Option<Duration>) -> Option<f64> {
+        cpu.map(|c| c.as_secs_f64() * 1e6 / self.requests.max(1) as f64)
+    }
+
+    fn admitted_share(&self) -> f64 {
+        100.0 * self.admitted as f64 / self.requests.max(1) as f64
     }
 }
 
-/// A closed loop of `concurrency` workers calling `call(worker, key)`,
-/// warmed up for a second, then measured for `duration`.
-async fn closed_loop<F, Fut>(name: &str, o: &Opts, keys: u32, call: F) -> Measured
-where
-    F: Fn(usize, u32) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = bool> + Send,
-{
-    let call = Arc::new(call);
+/// The `p` quantile of sorted `v`; NaN when empty.
+fn quantile(v: &[u32], p: f64) -> f64 {
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    let i = ((n as f64 * p).ceil() as usize).clamp(1, n) - 1;
+    f64::from(v[i])
+}
+
+/// The processes whose CPU time a load is charged with.
+#[derive(Debug, Clone, Default)]
+struct Pids {
+    server: Option<u32>,
+    store: Vec<u32>,
+}
+
+/// The CPU time (user + system) of a process, from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ is 100 on Linux.
+    Some(Duration::from_millis(ticks * 10))
+}
+
+fn cpu_of(pids: &[u32]) -> Option<Duration> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter().map(|&p| cpu_time(p)).sum()
+}
+
+/// Samples the processes' CPU times.
+#[derive(Debug, Clone)]
+struct CpuMark {
+    server: Option<Duration>,
+    store: Option<Duration>,
+}
+
+impl CpuMark {
+    fn take(p: &Pids) -> Self {
+        Self {
+            server: p.server.and_then(cpu_time),
+            store: cpu_of(&p.store),
+        }
+    }
+
+    fn since(&self, before: &Self) -> (Option<Duration>, Option<Duration>) {
+        let d =
+            |a: Option<Duration>, b: Option<Duration>| a.zip(b).map(|(a, b)| a.saturating_sub(b));
+        (d(self.server, before.server), d(self.store, before.store))
+    }
+}
+
+/// Runs `load` against `call` for a one-second warm-up and then
+/// `o.duration`, charging the measured window's CPU time to `pids`.
+async fn drive(o: &Opts, keys: u32, load: Load, call: Call, pids: &Pids) -> Measured {
     let warm_until = Instant::now() + Duration::from_secs(1);
     let stop_at = warm_until + o.duration;
     let admitted = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for w in 0..o.concurrency {
-        let call = call.clone();
+    let failed = Arc::new(AtomicU64::new(0));
+    let latencies: Arc<Mutex<Vec<u32>>> = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
+    let unsent = Arc::new(AtomicU64::new(0));
+    let lags: Arc<Mutex<Vec<u32>>> = Arc::new(Mutex::new(Vec::new()));
+    let record = {
         let admitted = admitted.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::with_capacity(1 << 16);
-            let mut n = 0u64;
-            let mut all = 0u64;
-            loop {
-                let key = rand::rng().random_range(0..keys);
-                let t = Instant::now();
-                let ok = call(w, key).await;
-                let done = Instant::now();
-                all += 1;
-                if done >= stop_at {
-                    break;
-                }
-                if t >= warm_until {
-                    lat.push(u32::try_from(done.duration_since(t).as_micros()).unwrap_or(u32::MAX));
-                    n += 1;
-                    if ok {
+        let failed = failed.clone();
+        move |lat: &mut Vec<u32>, sent: Instant, done: Instant, ok: Option<bool>| {
+            if sent < warm_until || done > stop_at {
+                return;
+            }
+            match ok {
+                Some(a) => {
+                    lat.push(
+                        u32::try_from(done.duration_since(sent).as_micros()).unwrap_or(u32::MAX),
+                    );
+                    if a {
                         admitted.fetch_add(1, Ordering::Relaxed);
                     }
                 }
+                None => {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
             }
-            (n, all, lat)
-        }));
+        }
+    };
+    let mut tasks = Vec::new();
+    match load {
+        Load::Closed(n) => {
+            for w in 0..n {
+                let call = call.clone();
+                let latencies = latencies.clone();
+                let record = record.clone();
+                let conn = w % o.connections;
+                tasks.push(tokio::spawn(async move {
+                    let mut lat = Vec::with_capacity(1 << 14);
+                    loop {
+                        let key = rand::rng().random_range(0..keys);
+                        let sent = Instant::now();
+                        let ok = call(conn, key).await;
+                        let done = Instant::now();
+                        record(&mut lat, sent, done, ok);
+                        if done >= stop_at {
+                            break;
+                        }
+                    }
+                    latencies.lock().expect("latencies").extend(lat);
+                }));
+            }
+        }
+        Load::Open { rate, .. } => {
+            // One dispatcher per connection, each sending its share of the
+            // rate at scheduled times and polling its outstanding requests
+            // itself (no task per request); a request's latency runs from
+            // its scheduled time.
+            let conns = o.connections;
+            let per = rate / conns as f64;
+            let start = Instant::now();
+            for conn in 0..conns {
+                let call = call.clone();
+                let latencies = latencies.clone();
+                let record = record.clone();
+                let unsent = unsent.clone();
+                let lags = lags.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut lag = Vec::with_capacity(1 << 16);
+                    let gap = Duration::from_secs_f64(1.0 / per);
+                    // The dispatchers are staggered over one gap.
+                    let mut next = start + gap.mul_f64(conn as f64 / conns as f64);
+                    let mut pending = FuturesUnordered::new();
+                    let mut lat = Vec::with_capacity(1 << 16);
+                    let bound = 20_000usize;
+                    loop {
+                        // Send every request whose time has come.
+                        let now = Instant::now();
+                        while next <= now && next < stop_at {
+                            let sent = next;
+                            next += gap;
+                            if pending.len() >= bound {
+                                if sent >= warm_until {
+                                    unsent.fetch_add(1, Ordering::Relaxed);
+                                }
+                                continue;
+                            }
+                            let key = rand::rng().random_range(0..keys);
+                            let fut = call(conn, key);
+                            if sent >= warm_until {
+                                lag.push(
+                                    u32::try_from(now.duration_since(sent).as_micros())
+                                        .unwrap_or(u32::MAX),
+                                );
+                            }
+                            pending.push(async move { (sent, fut.await, Instant::now()) });
+                        }
+                        if next >= stop_at && pending.is_empty() {
+                            break;
+                        }
+                        let wake = if next < stop_at {
+                            next
+                        } else {
+                            stop_at + Duration::from_secs(2)
+                        };
+                        tokio::select! {
+                            biased;
+                            Some((sent, ok, done)) = pending.next(), if !pending.is_empty() => {
+                                record(&mut lat, sent, done, ok);
+                            }
+                            () = tokio::time::sleep_until(wake.into()) => {
+                                if next >= stop_at {
+                                    // Answers later than two seconds after
+                                    // the window are left.
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    lags.lock().expect("lags").extend(lag);
+                    latencies.lock().expect("latencies").extend(lat);
+                }));
+            }
+        }
     }
-    let mut latencies_us = Vec::new();
-    let mut requests = 0;
-    let mut all = 0;
+    tokio::time::sleep_until(warm_until.into()).await;
+    let before = CpuMark::take(pids);
+    tokio::time::sleep_until(stop_at.into()).await;
+    let after = CpuMark::take(pids);
     for t in tasks {
-        let (n, a, lat) = t.await.expect("worker");
-        requests += n;
-        all += a;
-        latencies_us.extend(lat);
+        t.await.expect("load task");
     }
+    let (server_cpu, store_cpu) = after.since(&before);
+    let mut latencies_us = std::mem::take(&mut *latencies.lock().expect("latencies"));
+    latencies_us.sort_unstable();
     Measured {
-        name: name.to_owned(),
-        requests,
+        target: String::new(),
+        load: load.label(),
+        descriptors: 1,
+        requests: latencies_us.len() as u64,
         admitted: admitted.load(Ordering::Relaxed),
-        elapsed: o.duration,
+        failed: failed.load(Ordering::Relaxed),
+        window: o.duration,
+        offered: match load {
+            Load::Open { rate, .. } => Some(rate),
+            Load::Closed(_) => None,
+        },
+        unsent: unsent.load(Ordering::Relaxed),
         latencies_us,
-        all,
-        server_cpu: None,
+        lag_us: {
+            let mut l = std::mem::take(&mut *lags.lock().expect("lags"));
+            l.sort_unstable();
+            l
+        },
+        server_cpu,
+        store_cpu,
     }
 }
 
-fn rls_request(key: u32) -> RateLimitRequest {
+/// An Envoy `RateLimitRequest` of `n` descriptors (`a`, `b`, `c`), each of
+/// one entry whose value is the key.
+fn rls_request(n: usize, key: u32) -> RateLimitRequest {
+    let value = format!("k{key}");
     RateLimitRequest {
-        domain: "bench".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "key".into(),
-                value: format!("k{key}"),
-            }],
-            ..Default::default()
-        }],
+        domain: if n == 1 { "one" } else { "three" }.into(),
+        descriptors: ["a", "b", "c"][..n]
+            .iter()
+            .map(|k| RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: (*k).into(),
+                    value: value.clone(),
+                }],
+                ..Default::default()
+            })
+            .collect(),
         hits_addend: 0,
     }
 }
@@ -245,101 +638,49 @@ async fn channels(addr: SocketAddr, n: usize) -> Vec<Channel> {
             .tcp_nodelay(true)
             .connect()
             .await
-            .expect("connect");
+            .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
         out.push(ch);
     }
     out
 }
 
-/// A server process, killed (by pid) on drop.
-struct Proc(Child);
+/// The first call error of the run, for the report.
+static FIRST_ERROR: OnceLock<String> = OnceLock::new();
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn note_error(e: &tonic::Status) {
+    let _ = FIRST_ERROR.set(format!("{:?}: {}", e.code(), e.message()));
 }
 
-/// A process's CPU time (user + system) from `/proc/<pid>/stat`.
-fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // USER_HZ is 100 on Linux.
-    Some(Duration::from_millis(ticks * 10))
-}
-
-/// Runs `load` against a server process, with its CPU time measured.
-fn with_cpu(pid: u32, load: impl FnOnce() -> Measured) -> Measured {
-    let before = cpu_time(pid);
-    let mut m = load();
-    if let (Some(a), Some(b)) = (before, cpu_time(pid)) {
-        m.server_cpu = Some(b.saturating_sub(a));
-    }
-    m
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-fn wait_port(addr: SocketAddr) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {addr}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn start_ours(config: &std::path::Path, extra: &[&str]) -> (Proc, SocketAddr) {
-    let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-    let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-    let child = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
-        .args(["--config", config.to_str().expect("path")])
-        .args([
-            "--grpc-addr",
-            &grpc.to_string(),
-            "--http-addr",
-            &http.to_string(),
-        ])
-        .args(["--no-watch"])
-        .args(extra)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start ratelimit-server");
-    wait_port(grpc);
-    (Proc(child), grpc)
-}
-
-async fn load_ours(name: &str, o: &Opts, addr: SocketAddr) -> Measured {
-    let chans = channels(addr, o.connections).await;
-    let clients: Vec<RateLimitServiceClient<Channel>> =
-        chans.into_iter().map(RateLimitServiceClient::new).collect();
-    let clients = Arc::new(clients);
-    closed_loop(name, o, o.keys, move |w, key| {
-        let mut c = clients[w % clients.len()].clone();
-        async move {
-            let r = c.should_rate_limit(rls_request(key)).await.expect("rpc");
-            r.into_inner().overall_code == 1
-        }
+/// The Envoy RLS call (ours and Limitador's) with `n` descriptors.
+async fn rls_call(addr: SocketAddr, o: &Opts, n: usize) -> Call {
+    let clients: Arc<Vec<RateLimitServiceClient<Channel>>> = Arc::new(
+        channels(addr, o.connections)
+            .await
+            .into_iter()
+            .map(RateLimitServiceClient::new)
+            .collect(),
+    );
+    Arc::new(move |conn, key| {
+        let mut c = clients[conn % clients.len()].clone();
+        Box::pin(async move {
+            let r = c
+                .should_rate_limit(rls_request(n, key))
+                .await
+                .map_err(|e| note_error(&e))
+                .ok()?;
+            Some(r.into_inner().overall_code == 1)
+        })
     })
-    .await
 }
 
-async fn load_throttlecrab(name: &str, o: &Opts, addr: SocketAddr) -> Measured {
+/// throttlecrab's own `Throttle` call.
+async fn throttlecrab_call(addr: SocketAddr, o: &Opts) -> Call {
     let chans = Arc::new(channels(addr, o.connections).await);
-    closed_loop(name, o, o.keys, move |w, key| {
-        let ch = chans[w % chans.len()].clone();
-        async move {
+    Arc::new(move |conn, key| {
+        let ch = chans[conn % chans.len()].clone();
+        Box::pin(async move {
             let mut grpc = tonic::client::Grpc::new(ch);
-            grpc.ready().await.expect("ready");
+            grpc.ready().await.ok()?;
             let req = ThrottleRequest {
                 key: format!("k{key}"),
                 max_burst: 100,
@@ -356,172 +697,590 @@ async fn load_throttlecrab(name: &str, o: &Opts, addr: SocketAddr) -> Measured {
                     tonic_prost::ProstCodec::default(),
                 )
                 .await
-                .expect("throttle");
-            r.into_inner().allowed
-        }
+                .ok()?;
+            Some(r.into_inner().allowed)
+        })
     })
-    .await
+}
+
+/// A server process, killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn local_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
+fn wait_port(addr: SocketAddr, what: &str, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(addr).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before listening on {addr}: {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: nothing listens on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// How a target is called.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Protocol {
+    /// Envoy's `ShouldRateLimit`.
+    Rls,
+    /// throttlecrab's `Throttle`.
+    Throttlecrab,
+}
+
+/// A server under test.
+struct Target {
+    name: String,
+    protocol: Protocol,
+    addr: SocketAddr,
+    pids: Pids,
+    _proc: Proc,
+}
+
+/// The servers' CPUs, when pinned (set once in `main`).
+static SERVER_CPUS: OnceLock<Option<String>> = OnceLock::new();
+
+fn spawn(what: &str, cmd: Command, addr: SocketAddr) -> Proc {
+    let mut cmd = match SERVER_CPUS.get().cloned().flatten() {
+        Some(cpus) => {
+            let mut t = Command::new("taskset");
+            t.args(["-c", &cpus])
+                .arg(cmd.get_program())
+                .args(cmd.get_args());
+            for (k, v) in cmd.get_envs() {
+                if let Some(v) = v {
+                    t.env(k, v);
+                }
+            }
+            t
+        }
+        None => cmd,
+    };
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    wait_port(addr, what, &mut child);
+    Proc(child)
+}
+
+fn ours(name: &str, configs: &[PathBuf], extra: &[String], store: Vec<u32>) -> Target {
+    let grpc = local_addr();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+    for c in configs {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.args(["--grpc-addr", &grpc.to_string()])
+        .args(["--http-addr", &local_addr().to_string()])
+        .arg("--no-watch")
+        .args(extra)
+        .env("RUST_LOG", "warn");
+    let proc = spawn("ratelimit-server", cmd, grpc);
+    Target {
+        name: name.to_owned(),
+        protocol: Protocol::Rls,
+        addr: grpc,
+        pids: Pids {
+            server: Some(proc.0.id()),
+            store,
+        },
+        _proc: proc,
+    }
+}
+
+fn limitador(bin: &Path, name: &str, limits: &Path, storage: &[String], store: Vec<u32>) -> Target {
+    let grpc = local_addr();
+    let http = local_addr();
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--rls-ip",
+        "127.0.0.1",
+        "--rls-port",
+        &grpc.port().to_string(),
+    ])
+    .args([
+        "--http-ip",
+        "127.0.0.1",
+        "--http-port",
+        &http.port().to_string(),
+    ])
+    .arg(limits)
+    .args(storage)
+    .env("RUST_LOG", "warn");
+    let proc = spawn("limitador-server", cmd, grpc);
+    Target {
+        name: name.to_owned(),
+        protocol: Protocol::Rls,
+        addr: grpc,
+        pids: Pids {
+            server: Some(proc.0.id()),
+            store,
+        },
+        _proc: proc,
+    }
+}
+
+fn throttlecrab(bin: &Path) -> Target {
+    let grpc = local_addr();
+    let mut cmd = Command::new(bin);
+    cmd.args(["--grpc", "--grpc-host", "127.0.0.1"])
+        .args(["--grpc-port", &grpc.port().to_string()])
+        .args(["--log-level", "warn"]);
+    let proc = spawn("throttlecrab-server", cmd, grpc);
+    Target {
+        name: "throttlecrab-server (in process)".to_owned(),
+        protocol: Protocol::Throttlecrab,
+        addr: grpc,
+        pids: Pids {
+            server: Some(proc.0.id()),
+            store: Vec::new(),
+        },
+        _proc: proc,
+    }
+}
+
+/// A Redis server's pid, from `INFO server`.
+fn redis_pid(mut conn: redis::Connection) -> u32 {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut conn)
+        .expect("INFO server");
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("process_id in INFO server")
+}
+
+fn flushall(mut conn: redis::Connection) {
+    let _: () = redis::cmd("FLUSHALL").query(&mut conn).expect("FLUSHALL");
+}
+
+/// The rows' key: target, load, descriptors.
+type Key = (String, String, usize);
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn fmt_num(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".to_owned();
+    }
+    let s = format!("{:.0}", v);
+    let (sign, digits) = s.strip_prefix('-').map_or(("", s.as_str()), |d| ("-", d));
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    format!("{sign}{out}")
+}
+
+fn fmt_cpu(v: Option<f64>) -> String {
+    v.filter(|x| x.is_finite())
+        .map_or_else(|| "-".to_owned(), |x| format!("{x:.1}"))
+}
+
+const HEADER: &str = "| target | load | descriptors | requests/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/request | Redis CPU µs/request | admitted | failed | generator lag p99 µs |";
+const ALIGN: &str = "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|";
+
+fn row(m: &Measured) -> String {
+    format!(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} % | {} | {} |",
+        m.target,
+        m.load,
+        m.descriptors,
+        fmt_num(m.rate()),
+        fmt_num(m.quantile(0.50)),
+        fmt_num(m.quantile(0.99)),
+        fmt_num(m.quantile(0.999)),
+        fmt_cpu(m.per_request(m.server_cpu)),
+        fmt_cpu(m.per_request(m.store_cpu)),
+        m.admitted_share(),
+        m.failed + m.unsent,
+        fmt_num(m.lag_p99()),
+    )
 }
 
 fn main() {
     let o = opts();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    if let Some((servers, generator)) = &o.pin {
+        pin_self(generator);
+        eprintln!("loadgen: servers on CPU {servers}, the generator and Redis on CPU {generator}");
+    }
+    SERVER_CPUS
+        .set(o.pin.as_ref().map(|p| p.0.clone()))
+        .expect("set once");
+    // One worker per CPU the generator has (pinned: all but the servers').
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .expect("runtime");
-    let dir = std::env::temp_dir().join(format!("ratelimit-server-bench-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("ratelimit-loadgen-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let config = dir.join("bench.yaml");
-    std::fs::write(&config, CONFIG).expect("config");
-    let mut rows = Vec::new();
+    let configs = vec![dir.join("one.yaml"), dir.join("three.yaml")];
+    std::fs::write(&configs[0], OURS_ONE).expect("config");
+    std::fs::write(&configs[1], OURS_THREE).expect("config");
+    let limits = dir.join("limits.yaml");
+    std::fs::write(&limits, LIMITADOR_LIMITS).expect("limits");
 
+    let mut floor = Vec::new();
+    let max_in_flight = *o.in_flight.iter().max().expect("in flight");
     rt.block_on(async {
-        // 1. The library call: Limiter::check on the local store.
-        let quota = Quota::token_bucket(Rate::per_minute(100), 100).expect("quota");
+        // The floor: the library call, and the service in process.
+        let quota = Quota::fixed_window(Rate::per_minute(100)).expect("quota");
         let limiter = Arc::new(
             Limiter::builder(LocalStore::new())
                 .quota(quota)
                 .build()
                 .expect("limiter"),
         );
-        let l = limiter.clone();
-        rows.push(
-            closed_loop(
-                "library: `Limiter::check`, local store",
-                &o,
-                o.keys * 100,
-                move |_, key| {
-                    let l = l.clone();
-                    async move { l.check(format!("k{key}")).await.allowed }
-                },
-            )
-            .await,
-        );
-        // 2. The service in process: lookup, the descriptor's state name,
-        //    one store request, the response.
+        let call: Call = Arc::new(move |_, key| {
+            let l = limiter.clone();
+            Box::pin(async move { Some(l.check(format!("k{key}")).await.allowed) })
+        });
+        let mut m = drive(
+            &o,
+            o.keys * 100,
+            Load::Closed(max_in_flight),
+            call,
+            &Pids::default(),
+        )
+        .await;
+        m.target = "library: `Limiter::check`, local store".to_owned();
+        floor.push(m);
         let svc = Arc::new(
             RateLimitService::new(
                 Arc::new(LocalStore::new()),
-                Config::from_yaml_str("bench.yaml", CONFIG).expect("config"),
+                Config::from_yaml_str("one.yaml", OURS_ONE).expect("config"),
                 Settings::default(),
                 "local",
             )
             .expect("service settings"),
         );
-        rows.push(
-            closed_loop(
-                "service in process: `should_rate_limit`, local store",
-                &o,
-                o.keys * 100,
-                move |_, key| {
-                    let svc = svc.clone();
-                    async move {
-                        svc.should_rate_limit(&rls_request(key))
-                            .await
-                            .expect("answer")
-                            .overall_code
-                            == 1
-                    }
-                },
-            )
-            .await,
-        );
+        let call: Call = Arc::new(move |_, key| {
+            let svc = svc.clone();
+            Box::pin(async move {
+                let r = svc.should_rate_limit(&rls_request(1, key)).await.ok()?;
+                Some(r.overall_code == 1)
+            })
+        });
+        let mut m = drive(
+            &o,
+            o.keys * 100,
+            Load::Closed(max_in_flight),
+            call,
+            &Pids::default(),
+        )
+        .await;
+        m.target = "service in process: `should_rate_limit`, local store".to_owned();
+        floor.push(m);
     });
 
-    // 3-5. The servers, in alternating rounds (the machine is shared: a
-    // burst of someone else's work should not land on one server only).
-    let redis = o
-        .redis
-        .then(ratelimit_testkit::redis_server::RedisServer::start_local);
-    let (ours_local, local_addr) = start_ours(&config, &[]);
-    let ours_redis = redis.as_ref().map(|r| {
-        let url = r.url();
-        start_ours(
-            &config,
+    // The stores and the servers.
+    let redis = o.redis.then(RedisServer::start_local);
+    let cluster = o.cluster.then(RedisCluster::start_local);
+    let mut targets: Vec<Target> = Vec::new();
+    targets.push(ours(
+        "ratelimit-server, local store",
+        &configs,
+        &[],
+        Vec::new(),
+    ));
+    if let Some(bin) = &o.throttlecrab {
+        targets.push(throttlecrab(bin));
+    }
+    if let Some(bin) = &o.limitador {
+        targets.push(limitador(
+            bin,
+            "Limitador, memory",
+            &limits,
             &[
-                "--backend",
-                "redis",
-                "--redis-url",
-                &url,
-                "--instances",
-                "1",
-                "--timeout",
-                "1s",
+                "memory".to_owned(),
+                "--cache".to_owned(),
+                (o.keys * 4).to_string(),
             ],
+            Vec::new(),
+        ));
+    }
+    if let Some(r) = &redis {
+        let pid = redis_pid(r.connection());
+        targets.push(ours(
+            "ratelimit-server, Redis",
+            &configs,
+            &[
+                "--backend".into(),
+                "redis".into(),
+                "--redis-url".into(),
+                r.url(),
+                "--instances".into(),
+                "1".into(),
+                // Every decision by Redis: the CPU per request of the
+                // store's path, not of answers from leases after a
+                // timeout when the generator's core lags.
+                "--timeout".into(),
+                "1s".into(),
+            ],
+            vec![pid],
+        ));
+        if let Some(bin) = &o.limitador {
+            targets.push(limitador(
+                bin,
+                "Limitador, Redis",
+                &limits,
+                &["redis".to_owned(), r.url()],
+                vec![pid],
+            ));
+        }
+    }
+    if let Some(c) = &cluster {
+        let masters: Vec<u32> = c
+            .masters()
+            .iter()
+            .map(|m| redis_pid(c.connection(m.port)))
+            .collect();
+        let mut extra = vec!["--backend".to_owned(), "cluster".to_owned()];
+        for url in c.urls() {
+            extra.push("--cluster-url".to_owned());
+            extra.push(url);
+        }
+        extra.extend(["--instances", "1", "--timeout", "1s"].map(str::to_owned));
+        targets.push(ours(
+            "ratelimit-server, Redis Cluster (3 masters)",
+            &configs,
+            &extra,
+            masters,
+        ));
+    }
+    let missing: Vec<&str> = [
+        (
+            o.throttlecrab.is_none(),
+            "THROTTLECRAB_SERVER (throttlecrab-server)",
+        ),
+        (o.limitador.is_none(), "LIMITADOR_SERVER (limitador-server)"),
+    ]
+    .iter()
+    .filter(|(m, _)| *m)
+    .map(|(_, s)| *s)
+    .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "loadgen: peers not run, their binaries not named: {} (see the program's doc comment)",
+            missing.join(", ")
+        );
+    }
+
+    let mut rounds: Vec<Vec<Measured>> = Vec::new();
+    for round in 0..o.rounds {
+        let mut rows = Vec::new();
+        // Alternate the order of the targets from round to round.
+        let order: Vec<usize> = (0..targets.len())
+            .map(|i| (i + round) % targets.len())
+            .collect();
+        for &ti in &order {
+            let t = &targets[ti];
+            if let Some(r) = &redis {
+                flushall(r.connection());
+            }
+            let mut loads: Vec<(Load, usize)> =
+                o.in_flight.iter().map(|&n| (Load::Closed(n), 1)).collect();
+            if t.protocol == Protocol::Rls {
+                loads.push((Load::Closed(o.in_flight[0]), 3));
+            }
+            let mut capacity = 0.0f64;
+            rt.block_on(async {
+                let call1 = match t.protocol {
+                    Protocol::Rls => rls_call(t.addr, &o, 1).await,
+                    Protocol::Throttlecrab => throttlecrab_call(t.addr, &o).await,
+                };
+                let call3 = match t.protocol {
+                    Protocol::Rls => Some(rls_call(t.addr, &o, 3).await),
+                    Protocol::Throttlecrab => None,
+                };
+                for (load, n) in loads {
+                    let call = if n == 1 {
+                        call1.clone()
+                    } else {
+                        call3.clone().expect("rls")
+                    };
+                    let mut m = drive(&o, o.keys, load, call, &t.pids).await;
+                    m.target = t.name.clone();
+                    m.descriptors = n;
+                    if n == 1 && load == Load::Closed(max_in_flight) {
+                        capacity = m.rate();
+                    }
+                    rows.push(m);
+                }
+                for &fraction in &o.open {
+                    let load = Load::Open {
+                        fraction,
+                        rate: capacity * fraction,
+                    };
+                    let mut m = drive(&o, o.keys, load, call1.clone(), &t.pids).await;
+                    m.target = t.name.clone();
+                    rows.push(m);
+                }
+            });
+        }
+        rounds.push(rows);
+    }
+
+    // Medians over the rounds, in the targets' order.
+    let mut keys: Vec<Key> = Vec::new();
+    let mut by: BTreeMap<Key, Vec<&Measured>> = BTreeMap::new();
+    for m in rounds.iter().flatten() {
+        let k = (m.target.clone(), m.load.clone(), m.descriptors);
+        if !by.contains_key(&k) {
+            keys.push(k.clone());
+        }
+        by.entry(k).or_default().push(m);
+    }
+    keys.sort_by_key(|k| {
+        (
+            targets
+                .iter()
+                .position(|t| t.name == k.0)
+                .unwrap_or(usize::MAX),
+            keys_order(&k.1),
+            k.2,
         )
     });
-    let crab = o.throttlecrab.as_ref().map(|bin| {
-        let port = free_port();
-        let child = Command::new(bin)
-            .args([
-                "--grpc",
-                "--grpc-host",
-                "127.0.0.1",
-                "--grpc-port",
-                &port.to_string(),
-            ])
-            .args(["--log-level", "warn"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-        wait_port(addr);
-        (Proc(child), addr)
-    });
-    if crab.is_none() {
-        eprintln!(
-            "throttlecrab-server not run: set THROTTLECRAB_SERVER to its binary \
-             (CARGO_TARGET_DIR=target/throttlecrab cargo install throttlecrab-server --root target/throttlecrab; \
-             its build needs protoc: apt-get install protobuf-compiler)"
+    let med = |k: &Key, f: &dyn Fn(&Measured) -> f64| median(by[k].iter().map(|m| f(m)).collect());
+
+    println!(
+        "\n{} round(s); each load {} s after a 1 s warm-up; {} HTTP/2 connections; {} keys at random; \
+         100 per minute per key (fixed window; throttlecrab-server: GCRA, burst 100); {} cores\n",
+        o.rounds,
+        o.duration.as_secs_f64(),
+        o.connections,
+        o.keys,
+        cores
+    );
+    println!("Medians over the rounds:\n");
+    println!("{HEADER}");
+    println!("{ALIGN}");
+    for m in &floor {
+        println!("{}", row(m));
+    }
+    for k in &keys {
+        let ms = &by[k];
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} % | {} | {} |",
+            k.0,
+            k.1,
+            k.2,
+            fmt_num(med(k, &|m| m.rate())),
+            fmt_num(med(k, &|m| m.quantile(0.50))),
+            fmt_num(med(k, &|m| m.quantile(0.99))),
+            fmt_num(med(k, &|m| m.quantile(0.999))),
+            fmt_cpu(Some(med(k, &|m| m
+                .per_request(m.server_cpu)
+                .unwrap_or(f64::NAN)))),
+            fmt_cpu(Some(med(k, &|m| m
+                .per_request(m.store_cpu)
+                .unwrap_or(f64::NAN)))),
+            med(k, &|m| m.admitted_share()),
+            ms.iter().map(|m| m.failed + m.unsent).sum::<u64>(),
+            fmt_num(med(k, &|m| m.lag_p99())),
         );
     }
-    for round in 1..=o.rounds {
-        let tag = |s: &str| format!("{s} (round {round})");
-        rows.push(with_cpu(ours_local.0.id(), || {
-            rt.block_on(load_ours(
-                &tag("ratelimit-server, gRPC, local store"),
-                &o,
-                local_addr,
-            ))
-        }));
-        if let Some((p, addr)) = &crab {
-            rows.push(with_cpu(p.0.id(), || {
-                rt.block_on(load_throttlecrab(
-                    &tag("throttlecrab-server, gRPC, in process"),
-                    &o,
-                    *addr,
-                ))
-            }));
+
+    // The ratios the service is held to.
+    let cpu = |target: &str, load: &str, n: usize| {
+        let k = (target.to_owned(), load.to_owned(), n);
+        by.contains_key(&k)
+            .then(|| med(&k, &|m| m.per_request(m.server_cpu).unwrap_or(f64::NAN)))
+    };
+    println!("\nServer CPU per request, ours over the peer's (below 1: ours costs less):\n");
+    for &n in &o.in_flight {
+        let load = Load::Closed(n).label();
+        for (ours_name, peer) in [
+            (
+                "ratelimit-server, local store",
+                "throttlecrab-server (in process)",
+            ),
+            ("ratelimit-server, local store", "Limitador, memory"),
+            ("ratelimit-server, Redis", "Limitador, Redis"),
+        ] {
+            if let (Some(a), Some(b)) = (cpu(ours_name, &load, 1), cpu(peer, &load, 1)) {
+                println!(
+                    "- {load}: {ours_name} {a:.1} µs / {peer} {b:.1} µs = {:.2}",
+                    a / b
+                );
+            }
         }
-        if let Some((p, addr)) = &ours_redis {
-            rows.push(with_cpu(p.0.id(), || {
-                rt.block_on(load_ours(
-                    &tag("ratelimit-server, gRPC, Redis (one node)"),
-                    &o,
-                    *addr,
-                ))
-            }));
+    }
+    let first = Load::Closed(o.in_flight[0]).label();
+    println!("\nThree descriptors per request over one, server CPU per request ({first}):\n");
+    for t in &targets {
+        if let (Some(a), Some(b)) = (cpu(&t.name, &first, 3), cpu(&t.name, &first, 1)) {
+            println!("- {}: {a:.1} µs / {b:.1} µs = {:.2}", t.name, a / b);
         }
     }
 
-    println!(
-        "\n{} s per target after a 1 s warm-up, {} requests in flight over {} connections, {} keys, token bucket / GCRA 100 per minute, burst 100; {} cores\n",
-        o.duration.as_secs_f64(),
-        o.concurrency,
-        o.connections,
-        o.keys,
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0)
-    );
-    println!(
-        "| target | requests/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/request | admitted |"
-    );
-    println!("|---|--:|--:|--:|--:|--:|--:|");
-    for r in &mut rows {
-        println!("{}", r.row());
+    println!("\nEvery round:\n");
+    println!("{HEADER}");
+    println!("{ALIGN}");
+    for (i, rows) in rounds.iter().enumerate() {
+        for m in rows {
+            let mut m = m.clone();
+            m.target = format!("{} (round {})", m.target, i + 1);
+            println!("{}", row(&m));
+        }
+    }
+    for rows in &rounds {
+        for m in rows {
+            if let Some(rate) = m.offered
+                && m.unsent > 0
+            {
+                eprintln!(
+                    "loadgen: {} at {rate:.0}/s: {} requests not sent (over the generator's bound on outstanding requests)",
+                    m.target, m.unsent
+                );
+            }
+        }
+    }
+    if let Some(e) = FIRST_ERROR.get() {
+        eprintln!("loadgen: calls failed; the first error: {e}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Closed loops first (by in-flight count), then open loops.
+fn keys_order(load: &str) -> (u8, u64) {
+    let n: u64 = load
+        .split(|c: char| !c.is_ascii_digit() && c != '.')
+        .find_map(|s| s.parse::<f64>().ok())
+        .map_or(0, |v| (v * 1000.0) as u64);
+    (u8::from(load.starts_with("open")), n)
 }

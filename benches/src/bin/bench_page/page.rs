@@ -55,7 +55,7 @@ pub(crate) struct Figures {
     dead_redis: Option<Vec<results::Restart>>,
     retry_storm: Option<Table>,
     workers: Option<Vec<String>>,
-    server: Option<Table>,
+    server: Option<results::Server>,
     overload: Option<crate::load::Overload>,
     overload_busy: Option<crate::load::Overload>,
     bursts: Option<crate::load::Bursts>,
@@ -241,21 +241,34 @@ impl Figures {
                 bar,
             });
         }
-        // The service against throttlecrab-server.
-        let (svc, crab) = self.server.as_ref().map_or((None, None), |t| {
-            (
-                results::server_median(t, "ratelimit-server, gRPC, local store", "server cpu"),
-                results::server_median(t, "throttlecrab-server", "server cpu"),
-            )
-        });
+        // The service against throttlecrab-server and Limitador.
+        let cpu = |target: &str| {
+            self.server
+                .as_ref()
+                .and_then(|s| results::server_cpu(s, target, "closed, 16 in flight"))
+        };
+        let (local, crab) = (
+            cpu("ratelimit-server, local store"),
+            cpu("throttlecrab-server (in process)"),
+        );
         out.push(Headline {
             against: "throttlecrab-server 0.4",
-            what: "the server's CPU per request over gRPC (ours on the local store)",
-            ours: or_dash(svc, |v| format!("{v:.0} µs")),
-            theirs: or_dash(crab, |v| format!("{v:.0} µs")),
-            ratio: over(svc, crab),
+            what: "the server's CPU per request over gRPC, 16 in flight (ours on the local store)",
+            ours: or_dash(local, |v| format!("{v:.1} µs")),
+            theirs: or_dash(crab, |v| format!("{v:.1} µs")),
+            ratio: over(local, crab),
             better: Better::Lower,
             bar: "throttlecrab-server: server CPU",
+        });
+        let (redis, limitador) = (cpu("ratelimit-server, Redis"), cpu("Limitador, Redis"));
+        out.push(Headline {
+            against: "Limitador (server)",
+            what: "the server's CPU per request over gRPC, 16 in flight, both on one Redis",
+            ours: or_dash(redis, |v| format!("{v:.1} µs")),
+            theirs: or_dash(limitador, |v| format!("{v:.1} µs")),
+            ratio: over(redis, limitador),
+            better: Better::Lower,
+            bar: "Limitador: server CPU (Redis)",
         });
         out
     }
@@ -376,10 +389,10 @@ impl Figures {
                 ratio,
             ),
         ]);
-        let (svc, lib) = self.server.as_ref().map_or((None, None), |t| {
+        let (svc, lib) = self.server.as_ref().map_or((None, None), |s| {
             (
-                results::server_median(t, "service in process", "requests/s"),
-                results::server_median(t, "library", "requests/s"),
+                results::server_value(s, "service in process", "requests/s"),
+                results::server_value(s, "library", "requests/s"),
             )
         });
         limits.push(vec![
@@ -1105,27 +1118,45 @@ impl Figures {
     }
 
     fn service(&self, p: &mut Page) {
-        p.h2("ratelimit-server against throttlecrab-server");
+        p.h2("ratelimit-server against throttlecrab-server and Limitador");
         p.para(SERVICE);
         match &self.server {
-            Some(t) => {
+            Some(s) => {
+                let t = &s.table;
                 let header: Vec<&str> = t.header.iter().map(String::as_str).collect();
                 let align: String = (0..t.header.len())
-                    .map(|i| if i == 0 { 'l' } else { 'r' })
+                    .map(|i| if i < 2 { 'l' } else { 'r' })
                     .collect();
-                p.table(&header, &align, &t.rows);
-                let m = |target: &str| results::server_median(t, target, "server cpu");
-                let local = m("ratelimit-server, gRPC, local store");
-                let crab = m("throttlecrab-server");
-                let redis = m("ratelimit-server, gRPC, Redis");
+                // The servers' rows (the floor's feed the limits table above).
+                let rows: Vec<Vec<String>> = t
+                    .rows
+                    .iter()
+                    .filter(|r| {
+                        r.first().is_some_and(|c| {
+                            let c = plain(c);
+                            !c.starts_with("library") && !c.starts_with("service in process")
+                        })
+                    })
+                    .cloned()
+                    .collect();
+                p.table(&header, &align, &rows);
+                let joined = |lines: &[String]| {
+                    lines
+                        .iter()
+                        .map(|l| l.trim_start_matches("- ").to_owned())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                };
+                if !s.against_peers.is_empty() {
+                    p.para(&format!(
+                        "The server's CPU per request, ours over the peer's (below 1: ours costs \
+                         less): {}.",
+                        joined(&s.against_peers)
+                    ));
+                }
                 p.para(&format!(
-                    "The server's CPU per request (median of the rounds): ratelimit-server {} on \
-                     the local store against throttlecrab-server's {} ({}x), {} over Redis (plus \
-                     Redis' own time).",
-                    or_dash(local, |v| format!("{v:.0} µs")),
-                    or_dash(crab, |v| format!("{v:.0} µs")),
-                    or_dash(local.zip(crab).map(|(a, b)| a / b), ratio),
-                    or_dash(redis, |v| format!("{v:.0} µs")),
+                    "Three descriptors per request over one, the server's CPU per request: {}.",
+                    joined(&s.three_over_one)
                 ));
             }
             None => p.missing("server.md"),
@@ -1298,12 +1329,22 @@ third-party allowance of 50 per second (burst 5) through Redis, every worker cal
 in a loop for 5 s; the program fails if more than `burst + rate × T` pass.";
 
 /// The service's introduction.
-const SERVICE: &str = "`cargo bench -p ratelimit-server --bench loadgen`: the service (Envoy's \
-`ShouldRateLimit` over gRPC) and throttlecrab-server (GCRA, its own gRPC `Throttle`; run when \
-`THROTTLECRAB_SERVER` names its binary) under the same closed loop from one load generator: \
-32 requests in flight over 4 HTTP/2 connections, 5 s per target after a 1 s warm-up, one of \
-10,000 keys at random per request, comparable limits (100 per minute, burst 100), the \
-servers measured in alternating rounds. The library call and the service in process (no \
-network) are the limits the service adds to. The server's CPU per request \
-(`/proc/<pid>/stat`, warm-up included) moves less than requests per second on a shared \
-machine.";
+const SERVICE: &str = "`cargo bench -p ratelimit-server --bench loadgen` (the peers run when \
+`THROTTLECRAB_SERVER` and `LIMITADOR_SERVER` name their binaries; how to build them is in the \
+program's doc comment): ratelimit-server, throttlecrab-server (its own gRPC `Throttle`, GCRA, \
+in process) and Limitador's server (built from its repository's source; `memory` and `redis` \
+storages) take the same requests from one Rust load generator over 4 HTTP/2 connections: Envoy's \
+`ShouldRateLimit` for ours and Limitador, one of 100,000 keys at random, 100 per minute per key \
+(a fixed window; GCRA, burst 100, for throttlecrab-server). Closed loops at 16 and 256 requests \
+in flight (and at 16 with three descriptors per request); the open loop sends at 0.5 and 0.8 \
+times the target's closed-loop rate at 256 in flight, on schedule, each latency counted from \
+its scheduled send time. 4 s per load after a 1 s warm-up, \
+targets alternated over 3 rounds, medians shown. Each server runs pinned to one core, the \
+generator and Redis on the other; ours over Redis with `--timeout 1s`, so that every decision \
+is Redis'. The server CPU per request is the process's user + system time over the measured \
+window (`/proc/<pid>/stat`), the Redis CPU the Redis servers' (the cluster's three masters). \
+Requests per second and latencies measure the generator's core as much as the server; CPU \
+per request does not. \"generator lag p99\" is how late the open loop's generator sent its \
+requests: where it reaches milliseconds, the generator, not the server, set the latencies. The \
+library call and the service in process (no network), the floor, are in the limits table \
+above.";

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::markdown::{Doc, Table, median, micros, number, plain};
+use crate::markdown::{Doc, Table, micros, number, plain};
 
 /// The results directory, what was missing from it, and what was wrong.
 #[derive(Debug)]
@@ -891,22 +891,73 @@ pub(crate) fn workers(r: &mut Results) -> Option<Vec<String>> {
     })
 }
 
-/// `server.md` (ratelimit-server's `loadgen`): its table, as printed.
-pub(crate) fn server(r: &mut Results) -> Option<Table> {
+/// `server.md` (ratelimit-server's `loadgen`): the medians table, and the
+/// ratio lines printed under it (`- ...`).
+#[derive(Debug)]
+pub(crate) struct Server {
+    /// The medians over the rounds, as printed.
+    pub(crate) table: Table,
+    /// The lines comparing the server CPU per request, ours over a peer's.
+    pub(crate) against_peers: Vec<String>,
+    /// The lines comparing three descriptors per request with one.
+    pub(crate) three_over_one: Vec<String>,
+}
+
+/// Reads `server.md`.
+pub(crate) fn server(r: &mut Results) -> Option<Server> {
     r.with("server.md", |doc| {
-        doc.table(&["target", "requests/s", "server cpu µs/request"])
-            .cloned()
+        let table = doc
+            .table(&["target", "load", "descriptors", "requests/s", "server cpu"])?
+            .clone();
+        let after = |heading: &str| -> Vec<String> {
+            doc.text
+                .lines()
+                .skip_while(|l| !l.starts_with(heading))
+                .skip(1)
+                .skip_while(|l| l.trim().is_empty())
+                .take_while(|l| l.starts_with("- "))
+                .map(str::to_owned)
+                .collect()
+        };
+        let against_peers = after("Server CPU per request, ours over");
+        let three_over_one = after("Three descriptors per request over one");
+        if three_over_one.is_empty() {
+            return Err(format!(
+                "{}: no `Three descriptors per request over one` lines",
+                doc.name
+            ));
+        }
+        Ok(Server {
+            table,
+            against_peers,
+            three_over_one,
+        })
     })
 }
 
-/// The median of `f` over the rows of `t` whose first cell starts with
+/// Column `col` of the first medians row whose target starts with
 /// `target`.
-pub(crate) fn server_median(t: &Table, target: &str, col: &str) -> Option<f64> {
-    let values: Vec<f64> = t
-        .rows
+pub(crate) fn server_value(s: &Server, target: &str, col: &str) -> Option<f64> {
+    let t = &s.table;
+    t.rows
         .iter()
-        .filter(|row| row.first().is_some_and(|c| plain(c).starts_with(target)))
-        .filter_map(|row| num_at(t, row, col))
-        .collect();
-    median(&values)
+        .find(|row| row.first().is_some_and(|c| plain(c).starts_with(target)))
+        .and_then(|row| num_at(t, row, col))
+}
+
+/// The server CPU per request of `target` under `load` (its label's start)
+/// with one descriptor per request, from the medians table.
+pub(crate) fn server_cpu(s: &Server, target: &str, load: &str) -> Option<f64> {
+    let t = &s.table;
+    let (load_col, n_col) = (t.col("load")?, t.col("descriptors")?);
+    t.rows
+        .iter()
+        .find(|row| {
+            row.first().is_some_and(|c| plain(c) == target)
+                && row
+                    .get(load_col)
+                    .is_some_and(|c| plain(c).starts_with(load))
+                && row.get(n_col).is_some_and(|c| plain(c) == "1")
+        })
+        .and_then(|row| num_at(t, row, "server cpu"))
 }
