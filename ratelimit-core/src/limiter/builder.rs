@@ -32,7 +32,7 @@ pub struct LimiterBuilder {
     fallback: Option<(Arc<dyn Store>, u32)>,
     instances: Option<u32>,
     fallback_callers: usize,
-    /// `Some(capacity)`: leases for up to that many callers; `None`: none.
+    /// `Some(capacity)`: up to that many leases (callers and quotas); `None`: none.
     leases: Option<usize>,
     /// Built for quotas that come with each call: no quota of its own.
     per_call: bool,
