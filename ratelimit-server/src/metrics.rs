@@ -30,8 +30,18 @@ use crate::config::Config;
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
+/// How often the recorder's histograms are drained into their buckets
+/// (see [`install`]).
+pub const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// The name of the thread that keeps the recorder up.
+pub const UPKEEP_THREAD: &str = "metrics-upkeep";
+
 /// Installs the Prometheus recorder as the process's metrics recorder (once;
-/// later calls return the same handle). `None` if another recorder was
+/// later calls return the same handle), and starts the thread that drains
+/// its histograms every [`UPKEEP_EVERY`]: without it, every observation
+/// since the last scrape is held in memory (a few bytes each, two per
+/// request) and drained by the scrape. `None` if another recorder was
 /// installed first.
 pub fn install() -> Option<&'static PrometheusHandle> {
     HANDLE
@@ -48,6 +58,21 @@ pub fn install() -> Option<&'static PrometheusHandle> {
                 .build_recorder();
             let handle = recorder.handle();
             metrics::set_global_recorder(recorder).ok()?;
+            let upkeep = handle.clone();
+            let started = std::thread::Builder::new()
+                .name(UPKEEP_THREAD.to_owned())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(UPKEEP_EVERY);
+                        upkeep.run_upkeep();
+                    }
+                });
+            if let Err(e) = started {
+                tracing::warn!(
+                    error = %e,
+                    "cannot start the metrics upkeep thread: histograms are drained only by scrapes"
+                );
+            }
             Some(handle)
         })
         .as_ref()
@@ -210,4 +235,34 @@ pub(crate) fn source(source: Source) {
 
 pub(crate) fn global_shadow() {
     metrics::counter!("ratelimit_server_global_shadow_mode_total").increment(1);
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::{UPKEEP_THREAD, install};
+
+    /// The recorder's histograms are drained by a thread of their own,
+    /// not only by scrapes (a service nobody scrapes held every
+    /// observation in memory): the thread runs once the recorder is in.
+    #[test]
+    fn installing_the_recorder_starts_its_upkeep() {
+        assert!(install().is_some(), "another recorder was installed first");
+        let names = || -> Vec<String> {
+            std::fs::read_dir("/proc/self/task")
+                .expect("/proc/self/task")
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .map(|n| n.trim().to_owned())
+                .collect()
+        };
+        // A new thread names itself once it runs: give it up to 5 s.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !names().iter().any(|n| n == UPKEEP_THREAD) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {UPKEEP_THREAD} thread among {:?}",
+                names()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
 }
