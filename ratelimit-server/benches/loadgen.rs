@@ -756,6 +756,22 @@ struct Target {
     _proc: Proc,
 }
 
+impl Target {
+    /// An Envoy RLS server listening on `grpc`, charged with `store`'s CPU.
+    fn rls(name: &str, proc: Proc, grpc: SocketAddr, store: Vec<u32>) -> Self {
+        Self {
+            name: name.to_owned(),
+            protocol: Protocol::Rls,
+            addr: grpc,
+            pids: Pids {
+                server: Some(proc.0.id()),
+                store,
+            },
+            _proc: proc,
+        }
+    }
+}
+
 /// The servers' CPUs, when pinned (set once in `main`).
 static SERVER_CPUS: OnceLock<Option<String>> = OnceLock::new();
 
@@ -795,17 +811,7 @@ fn ours(name: &str, configs: &[PathBuf], extra: &[String], store: Vec<u32>) -> T
         .arg("--no-watch")
         .args(extra)
         .env("RUST_LOG", "warn");
-    let proc = spawn("ratelimit-server", cmd, grpc);
-    Target {
-        name: name.to_owned(),
-        protocol: Protocol::Rls,
-        addr: grpc,
-        pids: Pids {
-            server: Some(proc.0.id()),
-            store,
-        },
-        _proc: proc,
-    }
+    Target::rls(name, spawn("ratelimit-server", cmd, grpc), grpc, store)
 }
 
 fn limitador(bin: &Path, name: &str, limits: &Path, storage: &[String], store: Vec<u32>) -> Target {
@@ -827,17 +833,7 @@ fn limitador(bin: &Path, name: &str, limits: &Path, storage: &[String], store: V
     .arg(limits)
     .args(storage)
     .env("RUST_LOG", "warn");
-    let proc = spawn("limitador-server", cmd, grpc);
-    Target {
-        name: name.to_owned(),
-        protocol: Protocol::Rls,
-        addr: grpc,
-        pids: Pids {
-            server: Some(proc.0.id()),
-            store,
-        },
-        _proc: proc,
-    }
+    Target::rls(name, spawn("limitador-server", cmd, grpc), grpc, store)
 }
 
 fn throttlecrab(bin: &Path) -> Target {
