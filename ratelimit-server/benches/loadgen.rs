@@ -84,10 +84,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use bytes::{BufMut, Bytes, BytesMut};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use rand::Rng;
@@ -96,7 +96,6 @@ use ratelimit_local::LocalStore;
 use ratelimit_server::{Config, RateLimitService, Settings};
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::RedisServer;
-use tonic::transport::{Channel, Endpoint};
 
 /// Our configuration: domain `one` (descriptor `a`) and domain `three`
 /// (descriptors `a`, `b`, `c`), 100 per minute each.
@@ -630,76 +629,172 @@ fn rls_request(n: usize, key: u32) -> RateLimitRequest {
     }
 }
 
-async fn channels(addr: SocketAddr, n: usize) -> Vec<Channel> {
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
-            .expect("endpoint")
-            .tcp_nodelay(true)
-            .connect()
-            .await
-            .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
-        out.push(ch);
+/// One gRPC unary method over `n` HTTP/2 connections, framed by hand: the
+/// request's message is encoded and prefixed as gRPC frames it, sent on a
+/// stream of its own, and the reply's message decoded once its trailers
+/// say `grpc-status: 0`. No tonic client: its channel sends every call
+/// through a buffer task and a streaming body encoder, and the generator
+/// shares its core with Redis, so the client's cost sets how fast it can
+/// keep an open loop's schedule.
+#[derive(Clone)]
+struct RawGrpc {
+    conns: Arc<Vec<h2::client::SendRequest<Bytes>>>,
+    uri: http::Uri,
+}
+
+impl RawGrpc {
+    async fn connect(addr: SocketAddr, n: usize, path: &str) -> Self {
+        let mut conns = Vec::with_capacity(n);
+        for _ in 0..n {
+            let tcp = tokio::net::TcpStream::connect(addr)
+                .await
+                .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+            tcp.set_nodelay(true).expect("nodelay");
+            let (send, conn) = h2::client::Builder::new()
+                .initial_window_size(1 << 20)
+                .initial_connection_window_size(1 << 24)
+                .handshake::<_, Bytes>(tcp)
+                .await
+                .unwrap_or_else(|e| panic!("HTTP/2 handshake with {addr}: {e}"));
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            conns.push(send);
+        }
+        Self {
+            conns: Arc::new(conns),
+            uri: format!("http://{addr}{path}").parse().expect("uri"),
+        }
     }
-    out
+
+    /// Calls the method with `message` on connection `conn` (modulo the
+    /// count); `None` (and the run's first error noted) when the call
+    /// failed.
+    fn unary<M: prost::Message, R: prost::Message + Default>(
+        &self,
+        conn: usize,
+        message: &M,
+    ) -> impl Future<Output = Option<R>> + Send + 'static {
+        let len = message.encoded_len();
+        let mut frame = BytesMut::with_capacity(5 + len);
+        frame.put_u8(0);
+        frame.put_u32(u32::try_from(len).expect("message length"));
+        message.encode(&mut frame).expect("encode");
+        let frame = frame.freeze();
+        let send = self.conns[conn % self.conns.len()].clone();
+        let uri = self.uri.clone();
+        async move {
+            match Self::exchange(send, uri, frame).await {
+                Ok(body) => match R::decode(&body[..]) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        note_error(format!("undecodable reply: {e}"));
+                        None
+                    }
+                },
+                Err(e) => {
+                    note_error(e);
+                    None
+                }
+            }
+        }
+    }
+
+    /// One call's exchange: the reply's message bytes (without the gRPC
+    /// frame's prefix).
+    async fn exchange(
+        send: h2::client::SendRequest<Bytes>,
+        uri: http::Uri,
+        frame: Bytes,
+    ) -> Result<Bytes, String> {
+        let mut send = send.ready().await.map_err(|e| e.to_string())?;
+        let request = http::Request::post(uri)
+            .header(http::header::CONTENT_TYPE, "application/grpc")
+            .header(http::header::TE, "trailers")
+            .body(())
+            .map_err(|e| e.to_string())?;
+        let (response, mut stream) = send
+            .send_request(request, false)
+            .map_err(|e| e.to_string())?;
+        stream.send_data(frame, true).map_err(|e| e.to_string())?;
+        let response = response.await.map_err(|e| e.to_string())?;
+        let grpc_status = |h: &http::HeaderMap| {
+            h.get("grpc-status")
+                .map(|s| (s == "0", h.get("grpc-message").cloned()))
+        };
+        if response.status() != http::StatusCode::OK {
+            return Err(format!("HTTP status {}", response.status()));
+        }
+        // A trailers-only reply (an error) carries its status in the
+        // headers.
+        if let Some((false, message)) = grpc_status(response.headers()) {
+            return Err(format!(
+                "grpc-status {:?}: {message:?}",
+                response.headers().get("grpc-status")
+            ));
+        }
+        let mut body = response.into_body();
+        let mut bytes = BytesMut::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.map_err(|e| e.to_string())?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            bytes.extend_from_slice(&chunk);
+        }
+        let trailers = body.trailers().await.map_err(|e| e.to_string())?;
+        match trailers.as_ref().and_then(grpc_status) {
+            Some((true, _)) => {}
+            Some((false, message)) => {
+                return Err(format!(
+                    "grpc-status {:?}: {message:?}",
+                    trailers.as_ref().and_then(|t| t.get("grpc-status"))
+                ));
+            }
+            None => return Err("no grpc-status in the trailers".to_owned()),
+        }
+        if bytes.len() < 5 || bytes[0] != 0 {
+            return Err(format!(
+                "a reply of {} bytes is not one uncompressed gRPC message",
+                bytes.len()
+            ));
+        }
+        Ok(bytes.freeze().split_off(5))
+    }
 }
 
 /// The first call error of the run, for the report.
 static FIRST_ERROR: OnceLock<String> = OnceLock::new();
 
-fn note_error(e: &tonic::Status) {
-    let _ = FIRST_ERROR.set(format!("{:?}: {}", e.code(), e.message()));
+fn note_error(e: String) {
+    let _ = FIRST_ERROR.set(e);
 }
 
 /// The Envoy RLS call (ours and Limitador's) with `n` descriptors.
 async fn rls_call(addr: SocketAddr, o: &Opts, n: usize) -> Call {
-    let clients: Arc<Vec<RateLimitServiceClient<Channel>>> = Arc::new(
-        channels(addr, o.connections)
-            .await
-            .into_iter()
-            .map(RateLimitServiceClient::new)
-            .collect(),
-    );
+    let grpc = RawGrpc::connect(
+        addr,
+        o.connections,
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+    )
+    .await;
     Arc::new(move |conn, key| {
-        let mut c = clients[conn % clients.len()].clone();
-        Box::pin(async move {
-            let r = c
-                .should_rate_limit(rls_request(n, key))
-                .await
-                .map_err(|e| note_error(&e))
-                .ok()?;
-            Some(r.into_inner().overall_code == 1)
-        })
+        let reply = grpc.unary::<_, RateLimitResponse>(conn, &rls_request(n, key));
+        Box::pin(async move { Some(reply.await?.overall_code == 1) })
     })
 }
 
 /// throttlecrab's own `Throttle` call.
 async fn throttlecrab_call(addr: SocketAddr, o: &Opts) -> Call {
-    let chans = Arc::new(channels(addr, o.connections).await);
+    let grpc = RawGrpc::connect(addr, o.connections, "/throttlecrab.RateLimiter/Throttle").await;
     Arc::new(move |conn, key| {
-        let ch = chans[conn % chans.len()].clone();
-        Box::pin(async move {
-            let mut grpc = tonic::client::Grpc::new(ch);
-            grpc.ready().await.ok()?;
-            let req = ThrottleRequest {
-                key: format!("k{key}"),
-                max_burst: 100,
-                count_per_period: 100,
-                period: 60,
-                quantity: 1,
-            };
-            let r: tonic::Response<ThrottleResponse> = grpc
-                .unary(
-                    tonic::Request::new(req),
-                    tonic::codegen::http::uri::PathAndQuery::from_static(
-                        "/throttlecrab.RateLimiter/Throttle",
-                    ),
-                    tonic_prost::ProstCodec::default(),
-                )
-                .await
-                .ok()?;
-            Some(r.into_inner().allowed)
-        })
+        let request = ThrottleRequest {
+            key: format!("k{key}"),
+            max_burst: 100,
+            count_per_period: 100,
+            period: 60,
+            quantity: 1,
+        };
+        let reply = grpc.unary::<_, ThrottleResponse>(conn, &request);
+        Box::pin(async move { Some(reply.await?.allowed) })
     })
 }
 

@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod server;
 pub mod service;
 pub mod tls;
+mod workers;
 
 pub use config::{Config, ConfigError, LoadOptions};
 pub use service::{Degraded, RateLimitService, Settings};

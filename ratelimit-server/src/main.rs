@@ -148,6 +148,14 @@ struct Cli {
     /// runtime).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "RLS_REDIS_IO_THREAD")]
     redis_io_thread: bool,
+    /// The threads that serve gRPC connections, each a single-threaded
+    /// runtime that serves the connections handed to it in turn (answers
+    /// of requests that arrive together leave in one write); default: one
+    /// per CPU. A connection stays on one thread: one client connection
+    /// gets at most one core. 0 serves every connection on the shared
+    /// multi-threaded runtime.
+    #[arg(long, env = "RLS_GRPC_WORKERS")]
+    grpc_workers: Option<usize>,
     /// The number of service instances sharing the Redis store: while it is
     /// unavailable each instance decides in process at every limit / N.
     #[arg(long, env = "RLS_INSTANCES")]
@@ -515,6 +523,9 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
         server::Transport {
             tls,
             max_message_bytes: limits.transport_limit(),
+            grpc_workers: cli
+                .grpc_workers
+                .unwrap_or_else(server::default_grpc_workers),
         },
     )
     .await

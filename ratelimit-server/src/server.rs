@@ -86,6 +86,16 @@ pub struct Transport {
     /// gRPC's decoding limit and HTTP's body limit, in bytes (see
     /// [`crate::limits::InputLimits::transport_limit`]).
     pub max_message_bytes: usize,
+    /// The threads that serve gRPC connections, each a single-threaded
+    /// runtime given connections in turn (default: one per CPU); 0 serves
+    /// them on the calling runtime. Why: the `--grpc-workers` option in
+    /// the README.
+    pub grpc_workers: usize,
+}
+
+/// One gRPC worker per CPU the process may run on.
+pub fn default_grpc_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl Default for Transport {
@@ -93,6 +103,7 @@ impl Default for Transport {
         Self {
             tls: None,
             max_message_bytes: crate::limits::InputLimits::DEFAULT.transport_limit(),
+            grpc_workers: default_grpc_workers(),
         }
     }
 }
@@ -128,18 +139,36 @@ pub async fn serve_with(
             RateLimitServiceServer::new(Grpc(service.clone()))
                 .max_decoding_message_size(transport.max_message_bytes),
         );
-    let grpc_task = match &transport.tls {
-        None => tokio::spawn(router.serve_with_incoming_shutdown(
-            TcpIncoming::from(grpc).with_nodelay(Some(true)),
-            stopped(stop_rx.clone()),
-        )),
-        Some(tls) => {
-            let rx = crate::tls::accept(grpc, Arc::clone(tls));
-            let incoming = futures_util::stream::unfold(rx, |mut rx| async move {
-                rx.recv().await.map(|conn| (conn, rx))
-            });
-            tokio::spawn(router.serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())))
-        }
+    let grpc_task: tokio::task::JoinHandle<std::io::Result<()>> = if transport.grpc_workers > 0 {
+        let workers = crate::workers::Workers::start(
+            transport.grpc_workers,
+            &router,
+            transport.tls.clone(),
+            &stop_rx,
+        )?;
+        tokio::spawn(workers.serve(grpc, stopped(stop_rx.clone())))
+    } else {
+        let served = match &transport.tls {
+            None => tokio::spawn(router.serve_with_incoming_shutdown(
+                TcpIncoming::from(grpc).with_nodelay(Some(true)),
+                stopped(stop_rx.clone()),
+            )),
+            Some(tls) => {
+                let rx = crate::tls::accept(grpc, Arc::clone(tls));
+                let incoming = futures_util::stream::unfold(rx, |mut rx| async move {
+                    rx.recv().await.map(|conn| (conn, rx))
+                });
+                tokio::spawn(
+                    router.serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())),
+                )
+            }
+        };
+        tokio::spawn(async move {
+            match served.await {
+                Ok(r) => r.map_err(std::io::Error::other),
+                Err(e) => Err(std::io::Error::other(e)),
+            }
+        })
     };
     let app = crate::http::router(service.clone()).layer(axum::extract::DefaultBodyLimit::max(
         transport.max_message_bytes,
@@ -179,7 +208,7 @@ pub async fn serve_with(
     match tokio::time::timeout(options.grace, both).await {
         Ok((g, h)) => {
             if let Ok(Err(e)) = g {
-                return Err(std::io::Error::other(e));
+                return Err(e);
             }
             if let Ok(Err(e)) = h {
                 return Err(e);

@@ -237,24 +237,58 @@ pub fn accept(
                 return;
             }
             let _ = tcp.set_nodelay(true);
-            let acceptor = tls.acceptor();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = tx.send(Ok(stream)).await;
-                    }
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake refused");
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake not completed in time");
-                    }
-                }
-            });
+            tokio::spawn(handshake(tcp, peer, tls.acceptor(), tx.clone()));
         }
     });
     rx
+}
+
+/// As [`accept`], for connections accepted elsewhere (and handed over as
+/// the standard library's sockets, so that they are registered with the
+/// runtime this runs on): the gRPC worker threads' TLS.
+pub(crate) fn handshakes(
+    mut conns: tokio::sync::mpsc::UnboundedReceiver<std::net::TcpStream>,
+    tls: Arc<ServerTls>,
+) -> tokio::sync::mpsc::Receiver<std::io::Result<TlsStream<TcpStream>>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        while let Some(std) = conns.recv().await {
+            let tcp = match TcpStream::from_std(std) {
+                Ok(tcp) => tcp,
+                Err(e) => {
+                    tracing::debug!(error = %e, "a connection could not be registered");
+                    continue;
+                }
+            };
+            let peer = tcp
+                .peer_addr()
+                .unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+            tokio::spawn(handshake(tcp, peer, tls.acceptor(), tx.clone()));
+        }
+    });
+    rx
+}
+
+/// One connection's TLS handshake, bounded by [`HANDSHAKE_TIMEOUT`]: the
+/// stream goes to `tx` when it succeeds; a refusal is logged at debug
+/// level.
+async fn handshake(
+    tcp: TcpStream,
+    peer: std::net::SocketAddr,
+    acceptor: TlsAcceptor,
+    tx: tokio::sync::mpsc::Sender<std::io::Result<TlsStream<TcpStream>>>,
+) {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(stream)) => {
+            let _ = tx.send(Ok(stream)).await;
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake refused");
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake not completed in time");
+        }
+    }
 }
 
 /// An axum listener over [`accept`]'s connections.

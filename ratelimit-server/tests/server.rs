@@ -114,6 +114,97 @@ fn grpc_should_rate_limit_decides_all_descriptors_of_envoyproxys_example() {
     });
 }
 
+/// The threads of process `pid` named `grpc-worker-*`, with the CPU time
+/// each has run, in microseconds (`/proc/<pid>/task/<tid>/schedstat`).
+#[cfg(target_os = "linux")]
+fn worker_cpu_us(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
+        let dir = task.expect("task").path();
+        let Ok(name) = std::fs::read_to_string(dir.join("comm")) else {
+            continue;
+        };
+        let name = name.trim().to_owned();
+        if !name.starts_with("grpc-worker-") {
+            continue;
+        }
+        let ns: u64 = std::fs::read_to_string(dir.join("schedstat"))
+            .expect("schedstat")
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("CPU time in ns");
+        out.insert(name, ns / 1000);
+    }
+    out
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn grpc_connections_are_handed_to_the_worker_threads_in_turn() {
+    let config = fixture("examples__ratelimit__config__example.yaml");
+    let server = Server::start_with_env(
+        &["--config", &config, "--grpc-workers", "3"],
+        &[("RUST_LOG", "ratelimit_server=debug")],
+    );
+    let pid = server.child.id();
+    // A new thread names itself once it runs: up to 10 s.
+    let before = eventually(Duration::from_secs(10), || {
+        Some(worker_cpu_us(pid)).filter(|w| w.len() == 3)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "--grpc-workers 3 starts three worker threads, found {:?}",
+            worker_cpu_us(pid)
+        )
+    });
+    rt().block_on(async {
+        // Three connections, one after the other: one per worker, which
+        // runs their requests (an idle worker runs nothing).
+        for c in 0..3 {
+            let mut client = RateLimitServiceClient::connect(server.grpc_url())
+                .await
+                .expect("connect");
+            for i in 0..40 {
+                let r = client
+                    .should_rate_limit(request(
+                        "rl",
+                        vec![descriptor(&[("foo", &format!("c{c}-{i}"))])],
+                    ))
+                    .await
+                    .expect("rpc")
+                    .into_inner();
+                assert_eq!(r.overall_code, Code::Ok as i32);
+            }
+        }
+    });
+    let after = worker_cpu_us(pid);
+    for (name, b) in &before {
+        let ran = after[name] - b;
+        assert!(
+            ran >= 300,
+            "{name} ran {ran} us for 40 requests on its connection: connections are not \
+             spread over the workers ({before:?} -> {after:?}); the server's log:\n{}",
+            server.stderr.lock().expect("log")
+        );
+    }
+
+    // 0: every connection on the shared runtime, no worker threads.
+    let server = Server::start(&["--config", &config, "--grpc-workers", "0"]);
+    rt().block_on(async {
+        let mut client = RateLimitServiceClient::connect(server.grpc_url())
+            .await
+            .expect("connect");
+        let r = client
+            .should_rate_limit(request("rl", vec![descriptor(&[("foo", "x")])]))
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(r.overall_code, Code::Ok as i32);
+    });
+    assert!(worker_cpu_us(server.child.id()).is_empty());
+}
+
 #[test]
 fn the_json_endpoint_answers_200_or_429_with_headers() {
     let dir = temp_dir("json");
