@@ -61,7 +61,10 @@
 //! sets the open loop's tail latency.
 //!
 //! Requests go over `--connections` HTTP/2 connections (default 4), as
-//! Envoy multiplexes its calls to a rate-limit cluster. Each load runs
+//! Envoy multiplexes its calls to a rate-limit cluster, framed as gRPC by
+//! the generator itself on the `h2` crate (a tonic client's per-call
+//! buffer task and body encoder cost the generator more than a server
+//! spends on the call). Each load runs
 //! `--duration` seconds (default 4) after a one-second warm-up;
 //! `--rounds` (default 3) rounds alternate the targets.
 //!

@@ -156,6 +156,11 @@ struct Cli {
     /// multi-threaded runtime.
     #[arg(long, env = "RLS_GRPC_WORKERS")]
     grpc_workers: Option<usize>,
+    /// The most requests in flight on one gRPC connection (HTTP/2's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS); a client holds the rest until one
+    /// is answered.
+    #[arg(long, default_value_t = server::DEFAULT_GRPC_MAX_STREAMS, value_parser = clap::value_parser!(u32).range(1..), env = "RLS_GRPC_MAX_STREAMS")]
+    grpc_max_streams: u32,
     /// The number of service instances sharing the Redis store: while it is
     /// unavailable each instance decides in process at every limit / N.
     #[arg(long, env = "RLS_INSTANCES")]
@@ -526,6 +531,7 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
             grpc_workers: cli
                 .grpc_workers
                 .unwrap_or_else(server::default_grpc_workers),
+            grpc_max_streams: cli.grpc_max_streams,
         },
     )
     .await

@@ -91,7 +91,17 @@ pub struct Transport {
     /// them on the calling runtime. Why: the `--grpc-workers` option in
     /// the README.
     pub grpc_workers: usize,
+    /// The most requests in flight on one gRPC connection (HTTP/2's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`, default
+    /// [`DEFAULT_GRPC_MAX_STREAMS`]); a client holds the rest until one
+    /// is answered. Unbounded, an overloaded service held every request a
+    /// client sent and spent its time managing them instead of answering.
+    pub grpc_max_streams: u32,
 }
+
+/// The default [`Transport::grpc_max_streams`] (hyper's own default is
+/// 200; tonic's builder leaves it unbounded).
+pub const DEFAULT_GRPC_MAX_STREAMS: u32 = 256;
 
 /// One gRPC worker per CPU the process may run on.
 pub fn default_grpc_workers() -> usize {
@@ -104,6 +114,7 @@ impl Default for Transport {
             tls: None,
             max_message_bytes: crate::limits::InputLimits::DEFAULT.transport_limit(),
             grpc_workers: default_grpc_workers(),
+            grpc_max_streams: DEFAULT_GRPC_MAX_STREAMS,
         }
     }
 }
@@ -134,6 +145,7 @@ pub async fn serve_with(
         let _ = rx.wait_for(|s| *s).await;
     };
     let router = tonic::transport::Server::builder()
+        .max_concurrent_streams(transport.grpc_max_streams)
         .add_service(health)
         .add_service(
             RateLimitServiceServer::new(Grpc(service.clone()))

@@ -116,6 +116,10 @@ async fn the_dashboard_queries_only_series_the_service_exports() {
         "2",
         "--timeout",
         "1s",
+        // The bursts below are 2,048 requests over one connection, all in
+        // flight at the service.
+        "--grpc-max-streams",
+        "2048",
     ];
     let server = Server::start(&args);
     let wanted = queried();

@@ -206,6 +206,55 @@ fn grpc_connections_are_handed_to_the_worker_threads_in_turn() {
 }
 
 #[test]
+fn a_grpc_connection_is_told_the_most_requests_it_may_have_in_flight() {
+    let config = fixture("examples__ratelimit__config__example.yaml");
+    // The peer's SETTINGS_MAX_CONCURRENT_STREAMS, as an HTTP/2 client sees
+    // it once a request has been answered.
+    let advertised = |server: &Server| -> Option<usize> {
+        rt().block_on(async {
+            let tcp = tokio::net::TcpStream::connect(server.grpc)
+                .await
+                .expect("connect");
+            let (send, conn) = h2::client::handshake(tcp).await.expect("handshake");
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            let mut send = send.ready().await.expect("ready");
+            let request = http::Request::post(format!(
+                "http://{}/grpc.health.v1.Health/Check",
+                server.grpc
+            ))
+            .header("content-type", "application/grpc")
+            .body(())
+            .expect("request");
+            // An empty HealthCheckRequest: a 5-byte gRPC frame of length 0.
+            let (response, mut body) = send.send_request(request, false).expect("send");
+            body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+                .expect("data");
+            let response = response.await.expect("response");
+            assert_eq!(response.status(), http::StatusCode::OK);
+            Some(send.current_max_send_streams())
+        })
+    };
+    let server = Server::start(&["--config", &config]);
+    assert_eq!(
+        advertised(&server),
+        Some(ratelimit_server::server::DEFAULT_GRPC_MAX_STREAMS as usize)
+    );
+    let server = Server::start(&["--config", &config, "--grpc-max-streams", "7"]);
+    assert_eq!(advertised(&server), Some(7));
+
+    // Zero would let no request through: refused, naming the option.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .args(["--config", &config, "--grpc-max-streams", "0", "--check"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--grpc-max-streams"), "{err}");
+}
+
+#[test]
 fn the_json_endpoint_answers_200_or_429_with_headers() {
     let dir = temp_dir("json");
     let path = config_file(&dir, 2);
