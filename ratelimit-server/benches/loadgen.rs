@@ -57,8 +57,9 @@
 //! With two CPUs or more (and `taskset`), the servers run on the last CPU
 //! and the generator, with the Redis servers it starts, on the others
 //! (`--no-pin` leaves them to the scheduler): on a 2-core machine the
-//! generator has one core to the server's one, and it, not the server,
-//! sets the open loop's tail latency.
+//! generator has one core to the server's one; its own lag (the
+//! `generator lag p99` column) says how much of the open loop's tail
+//! latency is the generator's.
 //!
 //! Requests go over `--connections` HTTP/2 connections (default 4), as
 //! Envoy multiplexes its calls to a rate-limit cluster, framed as gRPC by

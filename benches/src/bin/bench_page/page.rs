@@ -1129,8 +1129,8 @@ impl Figures {
                     .collect();
                 // The servers' rows with one descriptor, the open loop at half
                 // the capacity (the floor's rows feed the limits table above;
-                // three descriptors are the ratios below; at 0.8 of capacity
-                // the one-core generator lags, see server.md).
+                // three descriptors are the ratios below; the rows at 0.8 of
+                // capacity, queues of tens of milliseconds, are in server.md).
                 let (load, n) = (t.col("load"), t.col("descriptors"));
                 let cell = |r: &[String], c: Option<usize>| {
                     c.and_then(|c| r.get(c))
@@ -1348,8 +1348,9 @@ storages) take the same requests from one Rust load generator over 4 HTTP/2 conn
 (a fixed window; GCRA, burst 100, for throttlecrab-server). Closed loops at 16 and 256 requests \
 in flight (and at 16 with three descriptors per request); the open loop sends at 0.5 and 0.8 \
 times the target's closed-loop rate at 256 in flight, on schedule, each latency counted from \
-its scheduled send time (the table shows 0.5; at 0.8 the one-core generator falls hundreds of \
-milliseconds behind for most targets, and those rows are left in the program's output). 4 s per load after a 1 s warm-up, \
+its scheduled send time (the table shows 0.5; at 0.8, which an open loop's smaller batches \
+barely reach, every server's queue grows to a p99 of 16-40 ms, and those rows are left in the \
+program's output). The generator frames gRPC itself on `h2`. 4 s per load after a 1 s warm-up, \
 targets alternated over 3 rounds, medians shown. Each server runs pinned to one core, the \
 generator and Redis on the other; ours over Redis with `--timeout 1s`, so that every decision \
 is Redis'. The server CPU per request is the process's user + system time over the measured \
