@@ -30,6 +30,7 @@ use ratelimit_core::{
     SystemClock, Verdict,
 };
 use sha2::{Digest, Sha256};
+use smallvec::SmallVec;
 
 use crate::config::{Config, Found, RateLimit, Unit};
 use crate::metrics;
@@ -86,6 +87,9 @@ impl Default for Settings {
         }
     }
 }
+
+/// The descriptors a request's working lists hold without allocating.
+const FEW: usize = 4;
 
 /// What one descriptor of a request came to.
 #[derive(Debug)]
@@ -317,10 +321,12 @@ impl RateLimitService {
         let n = request.descriptors.len();
 
         // 1. What each descriptor matches.
-        let mut found: Vec<Option<Found>> = Vec::with_capacity(n);
-        let mut unlimited = vec![false; n];
+        // (A request holds a few descriptors: their working lists stay on
+        // the stack up to `FEW`.)
+        let mut found: SmallVec<[Option<Found>; FEW]> = SmallVec::with_capacity(n);
+        let mut unlimited: SmallVec<[bool; FEW]> = smallvec::smallvec![false; n];
         let mut replaced: Vec<String> = Vec::new();
-        let mut costs = Vec::with_capacity(n);
+        let mut costs: SmallVec<[u64; FEW]> = SmallVec::with_capacity(n);
         for (i, d) in request.descriptors.iter().enumerate() {
             if d.is_negative_hits {
                 return Err(ServiceError::Invalid(InvalidRequest(format!(
@@ -328,7 +334,7 @@ impl RateLimitService {
                      store counts a call back"
                 ))));
             }
-            let entries: Vec<(&str, &str)> = d
+            let entries: SmallVec<[(&str, &str); FEW]> = d
                 .entries
                 .iter()
                 .map(|e| (e.key.as_str(), e.value.as_str()))
@@ -366,8 +372,8 @@ impl RateLimitService {
         }
 
         // 2. The charges.
-        let mut slots: Vec<Slot> = Vec::with_capacity(n);
-        let mut charges: Vec<Charge> = Vec::new();
+        let mut slots: SmallVec<[Slot; FEW]> = SmallVec::with_capacity(n);
+        let mut charges: SmallVec<[Charge; FEW]> = SmallVec::new();
         let quota_mode_count = found
             .iter()
             .zip(&unlimited)
@@ -597,7 +603,7 @@ impl RateLimitService {
     /// limiter: the library's timeout, deadline, leases, fallback store and
     /// failure policy apply.
     async fn check(&self, domain: &str, charges: &[Charge]) -> Result<Verdict, ServiceError> {
-        let asked: Vec<ratelimit_core::Charge<'_>> = charges
+        let asked: SmallVec<[ratelimit_core::Charge<'_>; FEW]> = charges
             .iter()
             .map(|c| ratelimit_core::Charge {
                 quota: &c.quota,
