@@ -1349,7 +1349,7 @@ storages) take the same requests from one Rust load generator over 4 HTTP/2 conn
 in flight (and at 16 with three descriptors per request); the open loop sends at 0.5 and 0.8 \
 times the target's closed-loop rate at 256 in flight, on schedule, each latency counted from \
 its scheduled send time (the table shows 0.5; at 0.8, which an open loop's smaller batches \
-barely reach, every server's queue grows to a p99 of 16-40 ms, and those rows are left in the \
+barely reach, every server's queue grows to a p99 of tens of milliseconds, and those rows are left in the \
 program's output). The generator frames gRPC itself on `h2`. 4 s per load after a 1 s warm-up, \
 targets alternated over 3 rounds, medians shown. Each server runs pinned to one core, the \
 generator and Redis on the other; ours over Redis with `--timeout 1s`, so that every decision \
