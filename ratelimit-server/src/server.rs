@@ -160,27 +160,30 @@ pub async fn serve_with(
         )?;
         tokio::spawn(workers.serve(grpc, stopped(stop_rx.clone())))
     } else {
-        let served = match &transport.tls {
-            None => tokio::spawn(router.serve_with_incoming_shutdown(
-                TcpIncoming::from(grpc).with_nodelay(Some(true)),
-                stopped(stop_rx.clone()),
-            )),
+        let stop = stopped(stop_rx.clone());
+        match &transport.tls {
+            None => {
+                let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+                tokio::spawn(async move {
+                    router
+                        .serve_with_incoming_shutdown(incoming, stop)
+                        .await
+                        .map_err(std::io::Error::other)
+                })
+            }
             Some(tls) => {
                 let rx = crate::tls::accept(grpc, Arc::clone(tls));
                 let incoming = futures_util::stream::unfold(rx, |mut rx| async move {
                     rx.recv().await.map(|conn| (conn, rx))
                 });
-                tokio::spawn(
-                    router.serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())),
-                )
+                tokio::spawn(async move {
+                    router
+                        .serve_with_incoming_shutdown(incoming, stop)
+                        .await
+                        .map_err(std::io::Error::other)
+                })
             }
-        };
-        tokio::spawn(async move {
-            match served.await {
-                Ok(r) => r.map_err(std::io::Error::other),
-                Err(e) => Err(std::io::Error::other(e)),
-            }
-        })
+        }
     };
     let app = crate::http::router(service.clone()).layer(axum::extract::DefaultBodyLimit::max(
         transport.max_message_bytes,
