@@ -302,7 +302,75 @@ const DEFAULT_NAME_ID: u32 = 0;
 
 /// The names given numbers in this process ([`name_id`]), hashed with a
 /// per-process random seed.
-static NAMES: OnceLock<RwLock<foldhash::HashMap<Box<str>, u32>>> = OnceLock::new();
+static NAMES: OnceLock<RwLock<foldhash::HashMap<TableName, u32>>> = OnceLock::new();
+
+/// The longest name [`TableName`] keeps in the table's own slot: 38 bytes
+/// (the rate-limit service's names, a letter and 32 hex digits, among
+/// them).
+const INLINE_NAME: usize = 38;
+
+/// A name in the table of names: up to [`INLINE_NAME`] bytes in the slot
+/// itself, longer ones on the heap. A lookup compares the name asked for
+/// with the slot's: boxed, that is one more memory access after the slot
+/// was found, a cache miss of its own in a table of many names (a service
+/// naming its quotas per descriptor value looks names up at random in a
+/// table of every value it has seen).
+enum TableName {
+    /// `len` bytes of `bytes`.
+    Inline { len: u8, bytes: [u8; INLINE_NAME] },
+    /// A longer name.
+    Heap(Box<str>),
+}
+
+impl TableName {
+    fn new(name: &str) -> Self {
+        match u8::try_from(name.len()) {
+            Ok(len) if name.len() <= INLINE_NAME => {
+                let mut bytes = [0u8; INLINE_NAME];
+                bytes[..name.len()].copy_from_slice(name.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Heap(Box::from(name)),
+        }
+    }
+}
+
+impl std::ops::Deref for TableName {
+    type Target = [u8];
+
+    /// The name's bytes (a lookup compares bytes: no UTF-8 check on the
+    /// request path).
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            // `len <= INLINE_NAME` by construction; `get` keeps the
+            // compiler from needing a panic path for it.
+            Self::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(bytes),
+            Self::Heap(b) => b.as_bytes(),
+        }
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for TableName {
+    fn borrow(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PartialEq for TableName {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for TableName {}
+
+impl std::hash::Hash for TableName {
+    /// As the bytes it holds (so that a lookup by `&[u8]` finds it).
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        (**self).hash(h);
+    }
+}
 
 /// The number of policy name `name` in this process: `"default"` is 0, and
 /// every other name gets the next number the first time a quota of that
@@ -319,7 +387,7 @@ fn name_id(name: &str) -> u32 {
     if let Some(&id) = names
         .read()
         .unwrap_or_else(PoisonError::into_inner)
-        .get(name)
+        .get(name.as_bytes())
     {
         return id;
     }
@@ -327,7 +395,7 @@ fn name_id(name: &str) -> u32 {
     // Ids from 1: 0 is the default name. Four billion distinct names would
     // take hundreds of gigabytes before this saturated.
     let next = u32::try_from(names.len() + 1).unwrap_or(u32::MAX);
-    *names.entry(Box::from(name)).or_insert(next)
+    *names.entry(TableName::new(name)).or_insert(next)
 }
 
 fn window_of(rate: Rate, field: &'static str) -> Result<Window, ConfigError> {
@@ -639,13 +707,21 @@ mod tests {
         NAMES.get().is_some_and(|t| {
             t.read()
                 .unwrap_or_else(PoisonError::into_inner)
-                .contains_key(name)
+                .contains_key(name.as_bytes())
         })
     }
 
     /// A service names a quota per caller state; with a store that keys by
     /// the name (Redis) the process-wide table of numbers must not grow
     /// with those names: a name is numbered only when its number is asked.
+    #[test]
+    fn a_table_name_takes_40_bytes() {
+        // The 38 bytes in place, their length and the variant: less than
+        // a boxed 33-byte name took (its pointer and length, 16, and an
+        // allocation of at least 33).
+        assert_eq!(std::mem::size_of::<TableName>(), 40);
+    }
+
     #[test]
     fn names_are_numbered_only_when_asked() {
         let base = Quota::fixed_window(Rate::per_minute(5)).unwrap();
@@ -667,6 +743,26 @@ mod tests {
         // Equality and hashing follow the name whether or not it is numbered.
         assert_eq!(quotas[9], base.clone().named("per-caller-9").unwrap());
         assert_eq!(base.clone().named("default").unwrap().name_id(), 0);
+        // Names kept in the table's slot and on the heap, either side of
+        // the inline length, each read back whole and numbered apart.
+        let mut ids = std::collections::BTreeSet::new();
+        for len in [
+            1,
+            INLINE_NAME - 1,
+            INLINE_NAME,
+            INLINE_NAME + 1,
+            MAX_NAME_LEN,
+        ] {
+            for c in ['a', 'b'] {
+                let name: String = std::iter::repeat_n(c, len).collect();
+                let t = TableName::new(&name);
+                assert_eq!(&*t, name.as_bytes());
+                assert_eq!(matches!(t, TableName::Inline { .. }), len <= INLINE_NAME);
+                let q = base.clone().named(&name).unwrap();
+                assert_eq!(base.clone().named(&name).unwrap().name_id(), q.name_id());
+                assert!(ids.insert(q.name_id()), "{name}: a number already given");
+            }
+        }
     }
 
     #[test]
