@@ -1,6 +1,13 @@
 //! Degraded never means unlimited by default, and the breaker opens on
 //! evidence against the store: not on timeouts this process caused by
 //! being late.
+//!
+//! The limiter's default timer is tokio's (feature `tokio`), and lateness
+//! is read on tokio's paused clock: these tests build with that feature
+//! (`cargo test -p ratelimit-core --features tokio`; the workspace's test
+//! command enables every feature).
+
+#![cfg(feature = "tokio")]
 
 mod common;
 

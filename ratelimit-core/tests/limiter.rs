@@ -67,8 +67,20 @@ fn quota() -> Quota {
     Quota::sliding_window(Rate::per_minute(10)).unwrap()
 }
 
+/// The limiter's timeouts on tokio's timer, given explicitly: these tests
+/// run without the `tokio` feature (whose default timer is the same).
+#[derive(Debug)]
+struct Sleeper;
+
+impl ratelimit_core::Timer for Sleeper {
+    fn sleep(&self, duration: Duration) -> ratelimit_core::Sleep {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}
+
 fn limiter(store: impl Store + 'static, policy: FailurePolicy) -> Limiter {
     Limiter::builder(store)
+        .timer(Sleeper)
         .quota(quota())
         .failure_policy(policy)
         .timeout(Duration::from_millis(20))
@@ -123,6 +135,7 @@ async fn a_panicking_store_does_not_panic_the_request() {
 async fn costs_that_can_never_pass_are_errors_before_the_store() {
     let store = Arc::new(Recording::default());
     let l = Limiter::builder_arc(store.clone())
+        .timer(Sleeper)
         .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(quota())
         .build()
@@ -136,6 +149,7 @@ async fn costs_that_can_never_pass_are_errors_before_the_store() {
 async fn namespaces_prefix_keys_and_are_validated() {
     let store = Arc::new(Recording::default());
     let l = Limiter::builder_arc(store.clone())
+        .timer(Sleeper)
         .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(quota())
         .namespace("api")
@@ -146,12 +160,14 @@ async fn namespaces_prefix_keys_and_are_validated() {
     assert_eq!(store.keys.lock().unwrap()[0], b"api~\xffcaller");
     assert!(
         Limiter::builder_arc(store.clone())
+            .timer(Sleeper)
             .namespace("a:b")
             .is_err()
     );
     assert!(Limiter::builder_arc(store.clone()).namespace("").is_err());
     assert!(
         Limiter::builder_arc(store)
+            .timer(Sleeper)
             .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
             .build()
             .is_err(),
@@ -171,6 +187,7 @@ async fn several_quotas_return_the_first_denial_or_the_tightest() {
         .named("hourly")
         .unwrap();
     let l = Limiter::builder_arc(store)
+        .timer(Sleeper)
         .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(burst)
         .quota(hourly)
@@ -190,6 +207,7 @@ async fn several_quotas_return_the_first_denial_or_the_tightest() {
 async fn long_callers_are_namespaced_too() {
     let store = Arc::new(Recording::default());
     let l = Limiter::builder_arc(store.clone())
+        .timer(Sleeper)
         .failure_policy(ratelimit_core::FailurePolicy::FailClosed)
         .quota(quota())
         .namespace("ns")
@@ -242,6 +260,7 @@ async fn keys_built_in_place_are_the_namespace_and_the_caller() {
             .collect();
         let store = Arc::new(InPlaceRecording::default());
         let l = Limiter::builder_arc(store.clone())
+            .timer(Sleeper)
             .quota(quota())
             .namespace(&namespace)
             .unwrap()
