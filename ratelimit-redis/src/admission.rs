@@ -6,12 +6,18 @@
 //! it completes within the requests' deadlines:
 //!
 //! - **The limit in flight, from what the node completes.** While a node is
-//!   backlogged (its calls take requests as fast as they come back, and
-//!   requests are still waiting after each take), the rate at which its
-//!   calls take requests, less the requests their callers' deadlines
-//!   overtook meanwhile (taken, but answered too late to count), is its
-//!   capacity `μ`: what it completes in time, the client's own work and a
-//!   busy host's scheduling included. A request
+//!   saturated (every call it may have in flight is out, or a full batch
+//!   waits, and requests are still waiting after each take), the rate at
+//!   which its calls take requests, less the requests their callers'
+//!   deadlines overtook meanwhile (taken, but answered too late to count),
+//!   is a sample of its capacity `μ`: what it completes in time, the
+//!   client's own work and a busy host's scheduling included. Samples only
+//!   ever fall short (a span in which this process was descheduled reads
+//!   low), so `μ` is the best sample of the last [`WINDOW`] or two, and
+//!   falls below it only when admitted requests are overtaken by their
+//!   deadlines. Requests held back only to make a larger call (the node
+//!   not saturated) give a floor: it may raise `μ`, never lower or set it.
+//!   A request
 //!   that arrives with `n` requests ahead of it on the node is answered,
 //!   at that rate, about `n / μ` plus one call's time later; it is
 //!   admitted only if that is within [`HEADROOM`] of the time its caller
@@ -23,10 +29,10 @@
 //!   concurrency limit by Little's law; `μ` and one call's time are
 //!   measured on the node, so a slower host or a heavier script lowers the
 //!   limit by itself.)
-//! - **Probing up.** `μ` is measured only while the node is backlogged. A
+//! - **Probing up.** `μ` is measured only while the node is saturated. A
 //!   node whose limit sheds requests while its queue is empty at its
 //!   calls is faster than its estimate: the estimate grows by a tenth
-//!   every [`PROBE_EVERY`] until the node is backlogged again (and measured)
+//!   every [`PROBE_EVERY`] until the node is saturated again (and measured)
 //!   — unless admitted requests were overtaken by their deadlines since the
 //!   last probe: then the calls in flight are what is late (a host that
 //!   reads their replies late, not a queue), and the estimate falls by a
@@ -70,6 +76,10 @@ pub const FORGET_AFTER: Duration = Duration::from_secs(1);
 /// The weight of a new measurement in the running estimates.
 const WEIGHT: f64 = 0.25;
 
+/// How long a capacity sample counts towards the estimate: it is the
+/// highest sample of the current window of 100 ms and the one before.
+pub const WINDOW: Duration = Duration::from_millis(100);
+
 /// One node's admission state (see the module docs). Lock-free: read by
 /// every request, written by the node's calls.
 #[derive(Debug)]
@@ -90,6 +100,12 @@ pub struct Admission {
     call_us: AtomicU64,
     /// Whether the queue was empty after the node's latest take.
     idle_queue: std::sync::atomic::AtomicBool,
+    /// The window of recent capacity samples ([`Admission::measured`]):
+    /// when the current one started (µs since `base`), its highest sample
+    /// and the previous window's (f64 bits).
+    window_start: AtomicU64,
+    window_current: AtomicU64,
+    window_previous: AtomicU64,
     /// The limit in flight last computed (for metrics; 0: none).
     limit: AtomicU64,
     /// Admitted requests whose callers' deadlines overtook them (timed
@@ -110,6 +126,7 @@ impl Admission {
     /// The admission of the node named `node` (its metrics' label), which
     /// admits everything until it is measured.
     pub fn new(node: Arc<str>) -> Self {
+        crate::telemetry::node(&node);
         Self {
             node,
             base: Instant::now(),
@@ -117,6 +134,9 @@ impl Admission {
             measured_at: AtomicU64::new(0),
             call_us: AtomicU64::new(0),
             idle_queue: std::sync::atomic::AtomicBool::new(true),
+            window_start: AtomicU64::new(0),
+            window_current: AtomicU64::new(0),
+            window_previous: AtomicU64::new(0),
             limit: AtomicU64::new(0),
             overtaken: AtomicU64::new(0),
             shed_at_door: AtomicU64::new(0),
@@ -181,7 +201,11 @@ impl Admission {
 
     fn admit_at(&self, ahead: u64, now: Instant, deadline: Instant) -> Result<(), u64> {
         let Some(capacity) = self.capacity(now) else {
-            self.limit.store(0, Ordering::Relaxed);
+            if self.limit.load(Ordering::Relaxed) != 0 {
+                // The estimate was forgotten: the gauges say so.
+                self.limit.store(0, Ordering::Relaxed);
+                crate::telemetry::measured(&self.node, 0.0, 0);
+            }
             return Ok(());
         };
         let left = deadline.saturating_duration_since(now).as_secs_f64();
@@ -216,8 +240,18 @@ impl Admission {
         }
     }
 
-    /// A measurement of the node's capacity taken while it was backlogged:
+    /// A measurement of the node's capacity taken while it was saturated:
     /// `requests` taken by its calls over `over`, ending at `now`.
+    ///
+    /// Such samples only ever fall short of what the node completes: a span
+    /// is saturated more often because this process was descheduled in it
+    /// (its replies read late, a queue building meanwhile) than because
+    /// the node was slow. The estimate is therefore the highest sample of
+    /// the last [`WINDOW`] to [`WINDOW`] × 2 (as a congestion controller
+    /// takes a path's bandwidth as the highest delivery rate it saw
+    /// recently), and falls below it only on evidence that it is too high:
+    /// admitted requests overtaken by their deadlines, which pull the
+    /// estimate a quarter of the way down to what was completed in time.
     pub(crate) fn measured(&self, requests: u64, over: Duration, now: Instant) {
         if over.is_zero() || requests == 0 {
             return;
@@ -228,14 +262,73 @@ impl Admission {
         let useful = requests.saturating_sub(overtaken).max(1);
         let sample = useful as f64 / over.as_secs_f64();
         let old = self.capacity(now).unwrap_or(0.0);
-        let new = if old > 0.0 {
-            old + WEIGHT * (sample - old)
+        let new = if old <= 0.0 {
+            self.restart_window(sample, now)
+        } else if overtaken > 0 {
+            self.restart_window(old + WEIGHT * (sample - old), now)
         } else {
-            sample
+            self.window_max(sample, now)
         };
+        self.set_capacity(new, now);
+    }
+
+    /// A floor under the node's capacity: `requests` taken by its calls
+    /// over `over`, ending at `now`, while requests waited only to make a
+    /// larger call, not because every call was busy. It raises a known
+    /// estimate it beats (and then confirms it); it never lowers one, nor
+    /// sets an unknown one (the node took what came: what it completes
+    /// may be far more).
+    pub(crate) fn at_least(&self, requests: u64, over: Duration, now: Instant) {
+        if over.is_zero() || requests == 0 {
+            return;
+        }
+        let Some(old) = self.capacity(now) else {
+            return;
+        };
+        let overtaken = self.overtaken.load(Ordering::Relaxed);
+        let sample = requests.saturating_sub(overtaken) as f64 / over.as_secs_f64();
+        if sample <= old {
+            return;
+        }
+        self.overtaken.store(0, Ordering::Relaxed);
+        let new = self.window_max(sample, now);
+        self.set_capacity(new, now);
+    }
+
+    fn set_capacity(&self, new: f64, now: Instant) {
         store_f64(&self.capacity, new);
         self.measured_at.store(self.micros(now), Ordering::Relaxed);
         crate::telemetry::measured(&self.node, new, self.limit.load(Ordering::Relaxed));
+    }
+
+    /// Adds `sample` to the window of recent samples (it starts a new
+    /// window every [`WINDOW`]); returns the highest sample of the current
+    /// window and the one before.
+    fn window_max(&self, sample: f64, now: Instant) -> f64 {
+        let at = self.micros(now);
+        let started = self.window_start.load(Ordering::Relaxed);
+        let window = u64::try_from(WINDOW.as_micros()).unwrap_or(u64::MAX);
+        let mut current = load_f64(&self.window_current);
+        let mut previous = load_f64(&self.window_previous);
+        let gone = at.saturating_sub(started) / window;
+        if gone >= 1 {
+            previous = if gone == 1 { current } else { 0.0 };
+            current = 0.0;
+            self.window_start
+                .store(started + gone * window, Ordering::Relaxed);
+        }
+        current = current.max(sample);
+        store_f64(&self.window_current, current);
+        store_f64(&self.window_previous, previous);
+        current.max(previous)
+    }
+
+    /// Starts the window afresh at `value`; returns it.
+    fn restart_window(&self, value: f64, now: Instant) -> f64 {
+        self.window_start.store(self.micros(now), Ordering::Relaxed);
+        store_f64(&self.window_current, value);
+        store_f64(&self.window_previous, 0.0);
+        value
     }
 
     /// A call took `took` from taking its requests to its reply.
@@ -319,14 +412,45 @@ mod tests {
     }
 
     #[test]
-    fn measurements_are_smoothed_and_forgotten() {
+    fn measurements_are_forgotten() {
         let a = Admission::default();
         let now = Instant::now();
         a.measured(1_000, 10 * MS, now);
         a.measured(2_000, 10 * MS, now);
         let c = a.capacity(now).unwrap();
-        assert!((c - 125_000.0).abs() < 1.0, "{c}");
+        assert!((c - 200_000.0).abs() < 1.0, "{c}");
         assert_eq!(a.capacity(now + FORGET_AFTER), None);
+    }
+
+    #[test]
+    fn the_estimate_is_the_best_recent_sample_until_its_window_passes() {
+        let a = Admission::default();
+        let t0 = Instant::now();
+        a.measured(1_000, 10 * MS, t0);
+        // A span in which this process was descheduled: far fewer taken.
+        // Not the node's capacity: the estimate holds.
+        a.measured(200, 10 * MS, t0 + 10 * MS);
+        assert_eq!(a.capacity(t0 + 10 * MS), Some(100_000.0));
+        // A better sample raises it at once.
+        a.measured(1_200, 10 * MS, t0 + 20 * MS);
+        assert_eq!(a.capacity(t0 + 20 * MS), Some(120_000.0));
+        // Two windows later only what was seen since counts.
+        let later = t0 + WINDOW * 2 + 30 * MS;
+        a.measured(900, 10 * MS, later);
+        assert_eq!(a.capacity(later), Some(90_000.0));
+    }
+
+    #[test]
+    fn a_floor_raises_a_known_estimate_and_sets_no_unknown_one() {
+        let a = Admission::default();
+        let t0 = Instant::now();
+        a.at_least(1_000, 10 * MS, t0);
+        assert_eq!(a.capacity(t0), None);
+        a.measured(500, 10 * MS, t0);
+        a.at_least(100, 10 * MS, t0);
+        assert_eq!(a.capacity(t0), Some(50_000.0));
+        a.at_least(1_000, 10 * MS, t0);
+        assert_eq!(a.capacity(t0), Some(100_000.0));
     }
 
     #[test]
@@ -341,13 +465,17 @@ mod tests {
         assert!((a.capacity(now).unwrap() - 40_000.0).abs() < 1.0);
         // Counted once: the next measurement is whole.
         a.measured(1_000, 10 * MS, now);
-        assert!((a.capacity(now).unwrap() - 55_000.0).abs() < 1.0);
-        // Everything overtaken: the estimate falls but stays known.
+        assert!((a.capacity(now).unwrap() - 100_000.0).abs() < 1.0);
+        // Everything overtaken: the estimate falls a quarter of the way
+        // (the window restarts from there) but stays known.
         for _ in 0..1_000 {
             a.overtaken();
         }
         a.measured(1_000, 10 * MS, now);
-        assert!(a.capacity(now).unwrap() > 0.0);
+        let c = a.capacity(now).unwrap();
+        assert!((c - 75_025.0).abs() < 1.0, "{c}");
+        a.measured(500, 10 * MS, now);
+        assert!((a.capacity(now).unwrap() - 75_025.0).abs() < 1.0);
     }
 
     #[test]

@@ -157,7 +157,9 @@ pub(crate) fn enqueue<'a>(
 /// Sends the node's waiting requests, call after call, until none waits.
 async fn drain(engine: Engine, transport: Arc<dyn Transport>, domain: Arc<Domain>) {
     loop {
-        let items = domain.queue().take(engine.max_batch(), &domain);
+        let items = domain
+            .queue()
+            .take(engine.max_batch(), engine.pipeline(), &domain);
         if items.is_empty() {
             return;
         }

@@ -319,6 +319,9 @@ struct State {
     /// backlogged), and how many had been taken then: the node's capacity
     /// is measured over such spans ([`crate::admission`]).
     backlog: Option<(Instant, u64)>,
+    /// Whether the node was saturated at some take of the current backlog
+    /// span: all its calls in flight, or a full batch left waiting.
+    saturated: bool,
 }
 
 /// How far apart the readings of the node's rate are taken.
@@ -341,21 +344,41 @@ impl State {
         }
     }
 
-    /// After a take at `now`: while requests are still waiting after every
-    /// take, the node is backlogged, and what its calls took over each
-    /// [`RATE_STEP`] of that is a measurement of its capacity.
-    fn measure_backlog(&mut self, now: Instant, admission: &crate::admission::Admission) {
+    /// After a take at `now` of at most `max` requests, with at most
+    /// `pipeline` calls in flight: while requests are
+    /// still waiting after every take, the node is backlogged, and what its
+    /// calls took over each [`RATE_STEP`] of that is a measurement of its
+    /// capacity, a whole one when the node was saturated meanwhile (every
+    /// call it may have in flight was, or a full batch was left waiting).
+    /// Otherwise the waiting requests were only held for a larger call
+    /// (see [`beside`]): the node took what came, and the rate is a floor
+    /// under its capacity, not the capacity.
+    fn measure_backlog(
+        &mut self,
+        now: Instant,
+        max: usize,
+        pipeline: usize,
+        admission: &crate::admission::Admission,
+    ) {
         let waiting = !self.items.is_empty();
         admission.set_idle_queue(!waiting);
         if !waiting {
             self.backlog = None;
+            self.saturated = false;
             return;
         }
+        self.saturated |= self.items.len() >= max || self.calls >= pipeline.max(1);
         match self.backlog {
             None => self.backlog = Some((now, self.taken)),
             Some((since, at)) if now.saturating_duration_since(since) >= RATE_STEP => {
-                admission.measured(self.taken - at, now.saturating_duration_since(since), now);
+                let over = now.saturating_duration_since(since);
+                if self.saturated {
+                    admission.measured(self.taken - at, over, now);
+                } else {
+                    admission.at_least(self.taken - at, over, now);
+                }
                 self.backlog = Some((now, self.taken));
+                self.saturated = false;
             }
             Some(_) => {}
         }
@@ -460,8 +483,10 @@ impl Queue {
     /// than `max` wait and the queue is [`State::congested`], the newest are taken
     /// (see the module docs), in arrival order. While other calls are in
     /// flight, fewer waiting requests than [`beside`] asks are left to
-    /// them.
-    pub(crate) fn take(&self, max: usize, domain: &Domain) -> Vec<Item> {
+    /// them. `pipeline`: the most calls the node may have in flight (its
+    /// capacity is measured only while they are all out, or a full batch
+    /// waits).
+    pub(crate) fn take(&self, max: usize, pipeline: usize, domain: &Domain) -> Vec<Item> {
         let now = Instant::now();
         let admission = domain.admission();
         let mut stale = Vec::new();
@@ -507,7 +532,7 @@ impl Queue {
             .map(|oldest| now.saturating_duration_since(oldest.queued));
         s.last = live.len();
         s.count_taken(live.len(), now);
-        s.measure_backlog(now, admission);
+        s.measure_backlog(now, max, pipeline, admission);
         if live.is_empty() {
             s.calls -= 1;
         }
@@ -635,8 +660,11 @@ mod tests {
     fn a_congested_queue_gives_its_newest_in_arrival_order() {
         // The oldest waited 900 ms of its 1 s.
         let (queue, _rx) = queue(&SIX, Duration::from_millis(900), Duration::from_millis(100));
-        assert_eq!(callers(&queue.take(4, &node())), ["q3", "q4", "q5", "q6"]);
-        assert_eq!(callers(&queue.take(4, &node())), ["q1", "q2"]);
+        assert_eq!(
+            callers(&queue.take(4, 6, &node())),
+            ["q3", "q4", "q5", "q6"]
+        );
+        assert_eq!(callers(&queue.take(4, 6, &node())), ["q1", "q2"]);
     }
 
     /// The node took `per_second` requests a second over the last 20 ms.
@@ -654,7 +682,10 @@ mod tests {
         // six drain in well under the 100 ms left.
         let (queue, _rx) = queue(&SIX, Duration::from_millis(900), Duration::from_millis(100));
         measured(&queue, 100_000);
-        assert_eq!(callers(&queue.take(4, &node())), ["q1", "q2", "q3", "q4"]);
+        assert_eq!(
+            callers(&queue.take(4, 6, &node())),
+            ["q1", "q2", "q3", "q4"]
+        );
     }
 
     #[test]
@@ -663,7 +694,70 @@ mod tests {
         // of the six would be decided in time.
         let (queue, _rx) = queue(&SIX, Duration::from_millis(1), Duration::from_millis(100));
         measured(&queue, 10);
-        assert_eq!(callers(&queue.take(4, &node())), ["q3", "q4", "q5", "q6"]);
+        assert_eq!(
+            callers(&queue.take(4, 6, &node())),
+            ["q3", "q4", "q5", "q6"]
+        );
+    }
+
+    #[test]
+    fn only_a_saturated_backlog_measures_the_capacity_and_a_held_one_is_a_floor() {
+        use crate::admission::Admission;
+        let t0 = Instant::now();
+        let step = RATE_STEP;
+        // Requests left waiting after each take, fewer than a batch, with
+        // one call of a pipeline of six in flight: held for a larger call,
+        // not refused by a full node. 50 taken in each 10 ms: 5,000 a
+        // second is a floor, and sets no estimate.
+        let a = Admission::default();
+        let mut s = State {
+            calls: 1,
+            ..State::default()
+        };
+        s.items.push_back(waiting_item());
+        for i in 0..=3 {
+            s.count_taken(50, t0 + step * i);
+            s.measure_backlog(t0 + step * i, 512, 6, &a);
+        }
+        assert_eq!(a.capacity(t0 + step * 3), None);
+        // Every call of the pipeline in flight: the node is saturated, and
+        // what it took is its capacity.
+        s.calls = 6;
+        for i in 4..=5 {
+            s.count_taken(50, t0 + step * i);
+            s.measure_backlog(t0 + step * i, 512, 6, &a);
+        }
+        let c = a.capacity(t0 + step * 5).unwrap();
+        assert!((c - 5_000.0).abs() < 1.0, "{c}");
+        // Held again, taking faster: the floor raises the estimate.
+        s.calls = 1;
+        for i in 6..=7 {
+            s.count_taken(200, t0 + step * i);
+            s.measure_backlog(t0 + step * i, 512, 6, &a);
+        }
+        let raised = a.capacity(t0 + step * 7).unwrap();
+        assert!(raised > 5_000.0, "{raised}");
+        // Held and slower: a floor never lowers it.
+        for i in 8..=9 {
+            s.count_taken(1, t0 + step * i);
+            s.measure_backlog(t0 + step * i, 512, 6, &a);
+        }
+        assert_eq!(a.capacity(t0 + step * 9), Some(raised));
+    }
+
+    /// A request waiting in a queue (its caller listening).
+    fn waiting_item() -> Item {
+        let q = Quota::fixed_window(Rate::per_hour(10)).unwrap();
+        let (tx, rx) = oneshot::channel();
+        std::mem::forget(rx);
+        let now = Instant::now();
+        Item {
+            request: Request::new("rl", b"w", &[Charge::new(&q, 1)], None),
+            queued: now,
+            deadline: now + Duration::from_secs(1),
+            reply: tx,
+            in_flight: node().enter(1),
+        }
     }
 
     #[test]
@@ -695,7 +789,10 @@ mod tests {
             s.recent = Some((now - Duration::from_millis(990), 10));
             s.taken = 10;
         }
-        assert_eq!(callers(&queue.take(4, &node())), ["q1", "q2", "q3", "q4"]);
+        assert_eq!(
+            callers(&queue.take(4, 6, &node())),
+            ["q1", "q2", "q3", "q4"]
+        );
     }
 
     #[test]
@@ -706,8 +803,11 @@ mod tests {
             Duration::from_millis(100),
             Duration::from_millis(9_900),
         );
-        assert_eq!(callers(&queue.take(4, &node())), ["q1", "q2", "q3", "q4"]);
-        assert_eq!(callers(&queue.take(4, &node())), ["q5", "q6"]);
+        assert_eq!(
+            callers(&queue.take(4, 6, &node())),
+            ["q1", "q2", "q3", "q4"]
+        );
+        assert_eq!(callers(&queue.take(4, 6, &node())), ["q5", "q6"]);
     }
 
     #[test]
@@ -719,7 +819,7 @@ mod tests {
         }
         // Three live requests wait: fewer than a call carries, so they go
         // first in, first out, and the gone ones are gone.
-        assert_eq!(callers(&queue.take(4, &node())), ["q4", "q5", "q6"]);
+        assert_eq!(callers(&queue.take(4, 6, &node())), ["q4", "q5", "q6"]);
         assert!(queue.lock().items.is_empty());
     }
 }
