@@ -92,10 +92,13 @@ cargo run -q --release -p ratelimit-benches --features fred --bin dead_redis -- 
 
 # Overload: the store's capacity, arrivals at multiples of it (open loop)
 # and 256 / 4,096 callers (closed loop), with both clients, on a quiet host
-# and beside two spinning processes; then two service instances taking
+# (the server sharing the load's CPUs, then on a CPU of its own) and beside
+# two spinning processes; then two service instances taking
 # bursts beside one spinning process per CPU.
 cargo run -q --release -p ratelimit-benches --features fred --bin overload -- \
     --runs "$RUNS" | tee "$OUT/overload.md"
+cargo run -q --release -p ratelimit-benches --features fred --bin overload -- \
+    --runs "$RUNS" --server-cpu 1 | tee "$OUT/overload_pinned.md"
 cargo run -q --release -p ratelimit-benches --features fred --bin overload -- \
     --runs "$RUNS" --busy 2 | tee "$OUT/overload_busy.md"
 cargo bench -p ratelimit-server --bench bursts | tee "$OUT/bursts.md"

@@ -84,8 +84,8 @@ fn the_page_has_the_layout_of_the_committed_one() {
     );
     // A report, not a diary: what stands now, one table per question.
     assert!(
-        committed.lines().count() <= 410,
-        "BENCHMARKS.md is a report of at most 410 lines"
+        committed.lines().count() <= 420,
+        "BENCHMARKS.md is a report of at most 420 lines"
     );
     assert!(
         page.contains("](docs/benchmarks.svg)"),

@@ -8,7 +8,9 @@
 //!
 //! The peers are run when their binaries are named (each is built apart
 //! from this workspace; their builds need `protoc`:
-//! `apt-get install protobuf-compiler`):
+//! `apt-get install protobuf-compiler`; a build tried before `protoc` was
+//! installed leaves generated code without the gRPC service behind: delete
+//! its target directory before building again):
 //!
 //! ```sh
 //! # throttlecrab-server, from crates.io:

@@ -235,6 +235,9 @@ struct Tally {
     by_source: [AtomicU64; 8],
     all: Histogram,
     by_store: Histogram,
+    /// From an arrival's scheduled instant to its call: the generator's
+    /// and the scheduler's lag, in the latency but not the store's doing.
+    lag: Histogram,
     /// Admissions per tracked caller.
     tracked: Vec<AtomicU64>,
 }
@@ -248,12 +251,14 @@ impl Tally {
             by_source: Default::default(),
             all: Histogram::new(),
             by_store: Histogram::new(),
+            lag: Histogram::new(),
             tracked: (0..tracked).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
     fn add(&self, source: Source, since_arrival: Duration, call: Duration) {
         self.all.record(since_arrival);
+        self.lag.record(since_arrival.saturating_sub(call));
         self.by_source[source_index(source)].fetch_add(1, Ordering::Relaxed);
         if source == Source::Store {
             self.store.fetch_add(1, Ordering::Relaxed);
@@ -569,6 +574,7 @@ struct OpenRow {
     p50: f64,
     p99: f64,
     store_p99: f64,
+    lag_p99: f64,
     not_by_store: u64,
     quick: u64,
     sources: String,
@@ -637,6 +643,7 @@ async fn open_section(a: &Args, server: &RedisServer) {
                     p50: t.all.quantile_ms(0.5),
                     p99: t.all.quantile_ms(0.99),
                     store_p99: t.by_store.quantile_ms(0.99),
+                    lag_p99: t.lag.quantile_ms(0.99),
                     not_by_store: other,
                     quick: t.quick.load(Ordering::Relaxed),
                     sources,
@@ -651,12 +658,14 @@ async fn open_section(a: &Args, server: &RedisServer) {
         a.seconds
     );
     println!(
-        "| client | run | μ (decisions/s) | × μ | offered/s | decisions | by the store | goodput | goodput / μ | p50 | p99 | store p99 | not by the store | of those ≤ 1 ms | sources | tracked: admitted over the limit (sum, worst caller) |"
+        "| client | run | μ (decisions/s) | × μ | offered/s | decisions | by the store | goodput | goodput / μ | p50 | p99 | store p99 | start lag p99 | not by the store | of those ≤ 1 ms | sources | tracked: admitted over the limit (sum, worst caller) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    println!(
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+    );
     for r in &rows {
         println!(
-            "| {} | {} | {:.0} | {} | {:.0} | {} | {:.3} % | {:.0} | {:.3} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {:.1} % | {} | {}, {} |",
+            "| {} | {} | {:.0} | {} | {:.0} | {} | {:.3} % | {:.0} | {:.3} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {} | {:.1} % | {} | {}, {} |",
             r.lib.name(),
             r.run,
             r.capacity,
@@ -669,6 +678,7 @@ async fn open_section(a: &Args, server: &RedisServer) {
             r.p50,
             r.p99,
             r.store_p99,
+            r.lag_p99,
             r.not_by_store,
             pct(r.quick, r.not_by_store),
             r.sources,

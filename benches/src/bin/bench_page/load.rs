@@ -1,7 +1,7 @@
 //! The sections on overload (`overload`, the service's `bursts`) and on
 //! TLS (`tls_cost`): their readers and their text.
 
-use crate::markdown::{Table, plain};
+use crate::markdown::{Table, median, plain};
 use crate::results::Results;
 use crate::writer::Page;
 
@@ -118,6 +118,7 @@ fn as_printed(p: &mut Page, t: &Table) {
 pub(crate) fn overload_section(
     p: &mut Page,
     quiet: Option<&Overload>,
+    pinned: Option<&Overload>,
     busy: Option<&Overload>,
     bursts: Option<&Bursts>,
 ) {
@@ -126,18 +127,34 @@ pub(crate) fn overload_section(
         Some(q) => p.para(&format!("{OVERLOAD} Host: {}.", first_part(&q.machine))),
         None => p.para(OVERLOAD),
     }
-    for (title, run, file) in [
-        ("No other load on the machine", quiet, "overload.md"),
+    // Whether a run's open loop is shown: with the load on one CPU (the
+    // server on the other) it measures the generator's lag, not the store.
+    for (title, run, file, open) in [
+        (
+            "No other load on the machine: the server and the load on both CPUs",
+            quiet,
+            "overload.md",
+            true,
+        ),
+        (
+            "No other load: the server on a CPU of its own, the load on the other",
+            pinned,
+            "overload_pinned.md",
+            false,
+        ),
         (
             "A busy host: two processes spinning beside it",
             busy,
             "overload_busy.md",
+            true,
         ),
     ] {
         p.h3(title);
         match run {
             Some(o) => {
-                as_printed(p, &o.open);
+                if open {
+                    as_printed(p, &o.open);
+                }
                 as_printed(p, &o.closed);
             }
             None => p.missing(file),
@@ -147,11 +164,63 @@ pub(crate) fn overload_section(
     p.para(BURSTS);
     match bursts {
         Some(b) => {
-            as_printed(p, &b.rounds);
+            burst_rounds(p, &b.rounds);
             p.para(&format!("{}. {}", plain(&b.setting), b.summary));
         }
         None => p.missing("bursts.md"),
     }
+}
+
+/// The bursts' rounds in one row: each column's fewest and most over the
+/// rounds (one figure where every round gave the same), the time a round
+/// took as its median and range.
+fn burst_rounds(p: &mut Page, t: &Table) {
+    let column = |name: &str| -> Vec<f64> {
+        let Some(i) = t.header.iter().position(|h| h == name) else {
+            return Vec::new();
+        };
+        t.rows
+            .iter()
+            .filter_map(|r| r.get(i))
+            .filter_map(|c| c.trim_end_matches(" ms").parse().ok())
+            .collect()
+    };
+    let span = |v: &[f64]| -> String {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        match (v.is_empty(), lo == hi) {
+            (true, _) => "–".to_owned(),
+            (false, true) => format!("{lo}"),
+            (false, false) => format!("{lo}-{hi}"),
+        }
+    };
+    let took = column("took");
+    let took = match median(&took) {
+        Some(m) => format!("{m:.0} ms ({} ms)", span(&took)),
+        None => "–".to_owned(),
+    };
+    let mut row = vec![t.rows.len().to_string()];
+    for name in [
+        "admitted",
+        "by the store",
+        "from leases",
+        "by the failure policy",
+    ] {
+        row.push(span(&column(name)));
+    }
+    row.push(took);
+    p.table(
+        &[
+            "rounds",
+            "admitted a round",
+            "by the store",
+            "from leases",
+            "by the failure policy",
+            "took a round (median, range)",
+        ],
+        "rrrrrr",
+        &[row],
+    );
 }
 
 /// The TLS section.
@@ -181,7 +250,12 @@ bound). Targets: at ≤ 0.9 μ, 99.9 % by the store; at 1.5 μ and 3 μ, goodput
 callers at ≥ 0.9 of 256 callers' rate. On two cores the generator, the client and the \
 server share the CPUs: every arrival past μ still costs the generator a task and the limiter a \
 decision, and callers answered at once ask again at once, so goodput at 3 μ and 4,096 callers \
-beside busy processes measure what is left of the machine as much as the store.";
+beside busy processes measure what is left of the machine as much as the store. With 4,096 \
+callers on both CPUs, the callers refused at once keep the application's threads runnable, and \
+the kernel shares the CPUs evenly among runnable threads: `redis-server`, single-threaded, gets \
+about half a CPU, and its rate falls with it. With the server on a CPU of its own \
+(`--server-cpu 1`, as a Redis on a host of its own is), nothing the load does takes its CPU (its \
+closed loop only: with one CPU left, the open loop's generator falls behind its schedule).";
 
 /// The bursts section's introduction.
 const BURSTS: &str = "`cargo bench -p ratelimit-server --bench bursts`: two release builds \
