@@ -1,7 +1,7 @@
 //! Validated quota configuration for the four algorithms.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Micros, duration_to_micros};
@@ -263,140 +263,11 @@ impl Algorithm {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Quota {
     name: Arc<str>,
-    /// The name's number in this process ([`Quota::name_id`]), looked up
-    /// the first time it is asked for.
-    name_id: NameId,
     algorithm: Algorithm,
-}
-
-/// A quota's name number, found on first use: a quota whose store never
-/// asks for it (a Redis store keys by the name itself) adds nothing to the
-/// process-wide table of names. A function of the name, so it takes no
-/// part in equality or hashing.
-#[derive(Debug, Clone, Default)]
-struct NameId(OnceLock<u32>);
-
-impl NameId {
-    fn known(id: u32) -> Self {
-        Self(OnceLock::from(id))
-    }
-}
-
-impl PartialEq for NameId {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for NameId {}
-
-impl std::hash::Hash for NameId {
-    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
 /// The name of a quota not given one.
 const DEFAULT_NAME: &str = "default";
-
-/// The number of [`DEFAULT_NAME`].
-const DEFAULT_NAME_ID: u32 = 0;
-
-/// The names given numbers in this process ([`name_id`]), hashed with a
-/// per-process random seed.
-static NAMES: OnceLock<RwLock<foldhash::HashMap<TableName, u32>>> = OnceLock::new();
-
-/// The longest name [`TableName`] keeps in the table's own slot: 38 bytes
-/// (the rate-limit service's names, a letter and 32 hex digits, among
-/// them).
-const INLINE_NAME: usize = 38;
-
-/// A name in the table of names: up to [`INLINE_NAME`] bytes in the slot
-/// itself, longer ones on the heap. A lookup compares the name asked for
-/// with the slot's: boxed, that is one more memory access after the slot
-/// was found, a cache miss of its own in a table of many names (a service
-/// naming its quotas per descriptor value looks names up at random in a
-/// table of every value it has seen).
-enum TableName {
-    /// `len` bytes of `bytes`.
-    Inline { len: u8, bytes: [u8; INLINE_NAME] },
-    /// A longer name.
-    Heap(Box<str>),
-}
-
-impl TableName {
-    fn new(name: &str) -> Self {
-        match u8::try_from(name.len()) {
-            Ok(len) if name.len() <= INLINE_NAME => {
-                let mut bytes = [0u8; INLINE_NAME];
-                bytes[..name.len()].copy_from_slice(name.as_bytes());
-                Self::Inline { len, bytes }
-            }
-            _ => Self::Heap(Box::from(name)),
-        }
-    }
-}
-
-impl std::ops::Deref for TableName {
-    type Target = [u8];
-
-    /// The name's bytes (a lookup compares bytes: no UTF-8 check on the
-    /// request path).
-    #[inline]
-    fn deref(&self) -> &[u8] {
-        match self {
-            // `len <= INLINE_NAME` by construction; `get` keeps the
-            // compiler from needing a panic path for it.
-            Self::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(bytes),
-            Self::Heap(b) => b.as_bytes(),
-        }
-    }
-}
-
-impl std::borrow::Borrow<[u8]> for TableName {
-    fn borrow(&self) -> &[u8] {
-        self
-    }
-}
-
-impl PartialEq for TableName {
-    fn eq(&self, other: &Self) -> bool {
-        **self == **other
-    }
-}
-
-impl Eq for TableName {}
-
-impl std::hash::Hash for TableName {
-    /// As the bytes it holds (so that a lookup by `&[u8]` finds it).
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        (**self).hash(h);
-    }
-}
-
-/// The number of policy name `name` in this process: `"default"` is 0, and
-/// every other name gets the next number the first time a quota of that
-/// name is asked for it. The table keeps every such name for the life of
-/// the process.
-fn name_id(name: &str) -> u32 {
-    if name == DEFAULT_NAME {
-        return DEFAULT_NAME_ID;
-    }
-    let names = NAMES.get_or_init(RwLock::default);
-    // A name seen before (the usual case, also for quotas built per
-    // request): a shared lock. The map is left whole by every operation on
-    // it, so a poisoned lock is still good.
-    if let Some(&id) = names
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get(name.as_bytes())
-    {
-        return id;
-    }
-    let mut names = names.write().unwrap_or_else(PoisonError::into_inner);
-    // Ids from 1: 0 is the default name. Four billion distinct names would
-    // take hundreds of gigabytes before this saturated.
-    let next = u32::try_from(names.len() + 1).unwrap_or(u32::MAX);
-    *names.entry(TableName::new(name)).or_insert(next)
-}
 
 fn window_of(rate: Rate, field: &'static str) -> Result<Window, ConfigError> {
     if rate.count == 0 {
@@ -444,7 +315,6 @@ impl Quota {
     fn new(algorithm: Algorithm) -> Self {
         Self {
             name: Arc::from(DEFAULT_NAME),
-            name_id: NameId::known(DEFAULT_NAME_ID),
             algorithm,
         }
     }
@@ -557,45 +427,12 @@ impl Quota {
             });
         }
         self.name = Arc::from(name);
-        self.name_id = if name == DEFAULT_NAME {
-            NameId::known(DEFAULT_NAME_ID)
-        } else {
-            NameId::default()
-        };
         Ok(self)
     }
 
     /// The policy name.
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// A number that stands for the policy name in this process: the same
-    /// for every quota of that name, different for every other name (0 for
-    /// `"default"`). An in-process store can key its state by this number
-    /// and the caller instead of by the name's bytes (the shipped local
-    /// store does: four bytes a caller instead of the name).
-    ///
-    /// Numbers are handed out in the order names are first asked for, so
-    /// they differ between processes: never store or send one. Every
-    /// distinct name whose number is asked for is kept in a process-wide
-    /// table (a few dozen bytes each) for the life of the process; a name
-    /// only given to quotas (as a Redis store uses them) is not.
-    ///
-    /// ```
-    /// use ratelimit_core::{Quota, Rate};
-    ///
-    /// let a = Quota::token_bucket(Rate::per_minute(100), 20)?.named("api")?;
-    /// let b = Quota::sliding_window(Rate::per_minute(5))?.named("api")?;
-    /// let c = Quota::sliding_window(Rate::per_minute(5))?.named("login")?;
-    /// assert_eq!(a.name_id(), b.name_id());
-    /// assert_ne!(a.name_id(), c.name_id());
-    /// assert_eq!(Quota::fixed_window(Rate::per_minute(5))?.name_id(), 0);
-    /// # Ok::<(), ratelimit_core::ConfigError>(())
-    /// ```
-    #[inline]
-    pub fn name_id(&self) -> u32 {
-        *self.name_id.0.get_or_init(|| name_id(&self.name))
     }
 
     /// The policy name, shared.
@@ -702,68 +539,6 @@ impl Quota {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn numbered(name: &str) -> bool {
-        NAMES.get().is_some_and(|t| {
-            t.read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .contains_key(name.as_bytes())
-        })
-    }
-
-    /// A service names a quota per caller state; with a store that keys by
-    /// the name (Redis) the process-wide table of numbers must not grow
-    /// with those names: a name is numbered only when its number is asked.
-    #[test]
-    fn a_table_name_takes_40_bytes() {
-        // The 38 bytes in place, their length and the variant: less than
-        // a boxed 33-byte name took (its pointer and length, 16, and an
-        // allocation of at least 33).
-        assert_eq!(std::mem::size_of::<TableName>(), 40);
-    }
-
-    #[test]
-    fn names_are_numbered_only_when_asked() {
-        let base = Quota::fixed_window(Rate::per_minute(5)).unwrap();
-        let names: Vec<String> = (0..1_000).map(|i| format!("per-caller-{i}")).collect();
-        let quotas: Vec<Quota> = names
-            .iter()
-            .map(|n| base.clone().named(n).unwrap())
-            .collect();
-        assert!(
-            names.iter().all(|n| !numbered(n)),
-            "named quotas were numbered"
-        );
-        let id = quotas[7].name_id();
-        assert!(numbered("per-caller-7"));
-        assert_eq!(quotas[7].clone().name_id(), id);
-        assert_eq!(base.clone().named("per-caller-7").unwrap().name_id(), id);
-        assert_ne!(quotas[8].name_id(), id);
-        assert!(names[9..].iter().all(|n| !numbered(n)));
-        // Equality and hashing follow the name whether or not it is numbered.
-        assert_eq!(quotas[9], base.clone().named("per-caller-9").unwrap());
-        assert_eq!(base.clone().named("default").unwrap().name_id(), 0);
-        // Names kept in the table's slot and on the heap, either side of
-        // the inline length, each read back whole and numbered apart.
-        let mut ids = std::collections::BTreeSet::new();
-        for len in [
-            1,
-            INLINE_NAME - 1,
-            INLINE_NAME,
-            INLINE_NAME + 1,
-            MAX_NAME_LEN,
-        ] {
-            for c in ['a', 'b'] {
-                let name: String = std::iter::repeat_n(c, len).collect();
-                let t = TableName::new(&name);
-                assert_eq!(&*t, name.as_bytes());
-                assert_eq!(matches!(t, TableName::Inline { .. }), len <= INLINE_NAME);
-                let q = base.clone().named(&name).unwrap();
-                assert_eq!(base.clone().named(&name).unwrap().name_id(), q.name_id());
-                assert!(ids.insert(q.name_id()), "{name}: a number already given");
-            }
-        }
-    }
 
     #[test]
     fn rejects_zeros() {

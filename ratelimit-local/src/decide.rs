@@ -99,7 +99,7 @@ impl LocalStore {
         }
         let now = self.now();
         self.maybe_sweep(now);
-        let k = Key::named(quota.name_id(), key);
+        let k = Key::of(quota, key);
         let result = match quota.algorithm() {
             Algorithm::TokenBucket(b) => {
                 if packs(b, now) {
@@ -343,15 +343,15 @@ mod tests {
 
     /// Keys of every length the short-key comparison treats apart (and
     /// longer ones, kept in the slot or boxed) keep their state and stay
-    /// isolated, also from a key that holds another name's number.
+    /// isolated, also from a key that spells another name's stored bytes.
     #[tokio::test]
     async fn keys_of_every_length_keep_state_and_stay_isolated() {
         let store = LocalStore::with_clock(ManualClock::new(1_800_000_000_000_000));
         let q = Quota::fixed_window(Rate::per_minute(3)).unwrap();
-        // (18 and 19: the longest key kept in the table's slot, with the
-        // name's four bytes, and the shortest boxed.)
+        // (21 and 22: the longest key kept in the table's slot, with the
+        // default name's one byte of length, and the shortest boxed.)
         let lens = [
-            1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 18, 19, 22, 23, 44, 51, 52, 64, 300,
+            1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 18, 19, 20, 21, 22, 23, 44, 51, 52, 64, 300,
         ];
         for len in lens {
             let a = vec![b'a'; len];
@@ -368,21 +368,20 @@ mod tests {
         assert_eq!(store.len(), 2 * lens.len());
         // Names and callers that spell the same bytes together are
         // different callers: `x` and "a", `xa` and "", the default name and
-        // `x`'s number followed by "a".
+        // the bytes `x` and "a" are stored as (the name's length, 1, then
+        // "xa").
         let x = q.clone().named("x").unwrap();
         let xa = q.clone().named("xa").unwrap();
         assert_eq!(store.decide_one(b"a", &x, 1).await.unwrap().remaining, 2);
         assert_eq!(store.decide_one(b"a", &x, 1).await.unwrap().remaining, 1);
         assert_eq!(store.decide_one(b"", &xa, 1).await.unwrap().remaining, 2);
-        let spelled = [&x.name_id().to_le_bytes()[..], b"a"].concat();
-        assert_eq!(
-            store.decide_one(&spelled, &q, 1).await.unwrap().remaining,
-            2
-        );
+        let spelled = b"\x01xa";
+        assert_eq!(store.decide_one(spelled, &q, 1).await.unwrap().remaining, 2);
     }
 
     /// Quotas built apart under one name are one policy (their state is
-    /// keyed by the name's number in the process, the same for both);
+    /// keyed by the name, the same for both; the default name given
+    /// explicitly is the default name);
     /// another name is another policy, in the slot and on the heap alike.
     #[tokio::test]
     async fn quotas_of_one_name_share_state_and_other_names_do_not() {
@@ -403,6 +402,20 @@ mod tests {
             );
             assert_eq!(store.decide_one(caller, &b, 1).await.unwrap().remaining, 2);
         }
+        let default = Quota::fixed_window(rate).unwrap();
+        let named_default = default.clone().named("default").unwrap();
+        assert_eq!(
+            store.decide_one(b"d", &default, 1).await.unwrap().remaining,
+            2
+        );
+        assert_eq!(
+            store
+                .decide_one(b"d", &named_default, 1)
+                .await
+                .unwrap()
+                .remaining,
+            1
+        );
     }
 
     /// A policy whose rate changes between one of whole microseconds per

@@ -89,7 +89,7 @@ impl LocalStore {
         let places: SmallVec<[Place; 4]> = charges
             .iter()
             .map(|c| {
-                let k = Key::named(c.quota.name_id(), key);
+                let k = Key::of(c.quota, key);
                 match c.quota.algorithm() {
                     Algorithm::TokenBucket(_) => Place::Bucket {
                         word: self.buckets.locate(k),
@@ -132,7 +132,7 @@ impl LocalStore {
 
         let mut prior = Vec::with_capacity(charges.len());
         for (c, p) in charges.iter().zip(&places) {
-            let k = Key::named(c.quota.name_id(), key);
+            let k = Key::of(c.quota, key);
             prior.push(match *p {
                 Place::Bucket { word, fine } => {
                     // A state in the two-word map stays there (see the
@@ -155,7 +155,7 @@ impl LocalStore {
         // (before anything is decided or written).
         let mut new = false;
         for (c, p) in charges.iter().zip(&places) {
-            let k = Key::named(c.quota.name_id(), key);
+            let k = Key::of(c.quota, key);
             new |= match *p {
                 Place::Bucket { word, fine } => {
                     !fines.shard(fine.0)?.contains(fine.1, k)
@@ -172,7 +172,7 @@ impl LocalStore {
         let step = model::decide_all(charges, prior, now)?;
         for ((c, p), write) in charges.iter().zip(&places).zip(step.writes) {
             let Some((state, ttl)) = write else { continue };
-            let k = Key::named(c.quota.name_id(), key);
+            let k = Key::of(c.quota, key);
             let expires_at = now.saturating_add(ttl);
             match *p {
                 Place::Bucket { word, fine } => {

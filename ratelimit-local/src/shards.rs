@@ -24,9 +24,9 @@ use parking_lot::RwLock;
 
 use crate::stored_key::StoredKey;
 
-/// One stored caller: its map key (the policy name's number, four bytes,
-/// then the caller's key in a named map; the key alone in an unnamed one;
-/// short keys in the slot itself) and its state.
+/// One stored caller: its map key (in a named map the policy name's length,
+/// one byte, the name, then the caller's key; the key alone in an unnamed
+/// one; short keys in the slot itself) and its state.
 pub(crate) type Item<V> = (StoredKey, V);
 
 /// A shard's table as a map locks it: [`Exclusive`] (one lock word; what a
@@ -124,31 +124,61 @@ impl<T> TableLock<T> for ShardedLock<T> {
 /// A map read under the lock on every decision ([`ReadMostly`] shards).
 pub(crate) type ReadMostlyMap<V> = ShardedMap<V, ReadMostly<HashTable<Item<V>>>>;
 
-/// Bytes of a policy name's number at the head of a named map's key.
-const ID: usize = 4;
+/// The policy name the stored keys spell as no bytes: a quota not given a
+/// name (or named `"default"`) keys its callers by their bytes and one
+/// byte of length.
+const DEFAULT_NAME: &str = "default";
 
 /// A map key as looked up: borrowed, never concatenated. The stored key is
 /// built from it only when a caller is inserted.
+///
+/// The policy name is part of the key itself, not a number standing for it:
+/// a table of numbers would have to remember every name it was ever asked
+/// for (a service naming a state per descriptor value would grow it with
+/// every value it sees, for the life of the process), while a stored key
+/// leaves with its caller's state.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Key<'a> {
-    /// The policy name's number ([`ratelimit_core::Quota::name_id`]; 0 and
-    /// unused in an unnamed map).
-    pub(crate) name: u32,
+    /// The policy name's bytes (empty for the default name, and unused in
+    /// an unnamed map); at most 64 bytes (`Quota::named` refuses longer
+    /// names), so its length fits the stored key's first byte.
+    pub(crate) name: &'a [u8],
     /// The caller's key.
     pub(crate) key: &'a [u8],
 }
 
 impl<'a> Key<'a> {
-    /// A key in a named map: the policy name's number and the caller.
+    /// The key of caller `key` under `quota`'s policy name.
     #[inline]
-    pub(crate) fn named(name: u32, key: &'a [u8]) -> Self {
+    pub(crate) fn of(quota: &'a ratelimit_core::Quota, key: &'a [u8]) -> Self {
+        let name = quota.name();
+        let name = if name == DEFAULT_NAME {
+            &[][..]
+        } else {
+            name.as_bytes()
+        };
+        Self { name, key }
+    }
+
+    /// A key in a named map: the policy name's bytes (at most 255) and the
+    /// caller.
+    #[inline]
+    pub(crate) fn named(name: &'a [u8], key: &'a [u8]) -> Self {
+        debug_assert!(name.len() <= usize::from(u8::MAX));
         Self { name, key }
     }
 
     /// A key in an unnamed map.
     #[inline]
     pub(crate) fn unnamed(key: &'a [u8]) -> Self {
-        Self { name: 0, key }
+        Self { name: &[], key }
+    }
+
+    /// The name's length as the stored key's first byte.
+    #[inline(always)]
+    fn name_len(&self) -> u8 {
+        // Names are at most 64 bytes (`Quota::named` refuses longer ones).
+        u8::try_from(self.name.len()).unwrap_or(u8::MAX)
     }
 
     /// Whether the stored map key `stored` is this key.
@@ -157,17 +187,19 @@ impl<'a> Key<'a> {
         if !named {
             return bytes_eq(stored, self.key);
         }
-        // Equal lengths, then the caller's bytes (where keys differ), then
-        // the name's number.
-        stored.len() == ID + self.key.len()
-            && stored.get(ID..).is_some_and(|k| bytes_eq(k, self.key))
-            && stored.first_chunk::<ID>() == Some(&self.name.to_le_bytes())
+        // Equal lengths, then the caller's bytes (where keys differ most),
+        // then the name and its length.
+        let n = self.name.len();
+        stored.len() == 1 + n + self.key.len()
+            && stored.get(1 + n..).is_some_and(|k| bytes_eq(k, self.key))
+            && stored.get(1..1 + n).is_some_and(|m| bytes_eq(m, self.name))
+            && stored.first() == Some(&self.name_len())
     }
 
     /// The stored map key.
     fn to_stored(self, named: bool) -> StoredKey {
         if named {
-            StoredKey::from_parts(&[&self.name.to_le_bytes(), self.key])
+            StoredKey::from_parts(&[&[self.name_len()], self.name, self.key])
         } else {
             StoredKey::from_parts(&[self.key])
         }
@@ -175,8 +207,14 @@ impl<'a> Key<'a> {
 
     /// The key a stored map key was built from.
     fn of_stored(named: bool, stored: &'a [u8]) -> Self {
-        match (named, stored.split_first_chunk::<ID>()) {
-            (true, Some((name, key))) => Self::named(u32::from_le_bytes(*name), key),
+        if !named {
+            return Self::unnamed(stored);
+        }
+        match stored.split_first() {
+            Some((&n, rest)) if usize::from(n) <= rest.len() => {
+                let (name, key) = rest.split_at(usize::from(n));
+                Self::named(name, key)
+            }
             _ => Self::unnamed(stored),
         }
     }
@@ -283,14 +321,14 @@ struct Shard<L> {
     table: L,
 }
 
-/// A map from `(policy name, caller)` (stored as the name's number in the
-/// process, four bytes, then the caller; an unnamed map stores the caller
+/// A map from `(policy name, caller)` (stored as the name's length, one
+/// byte, the name and the caller; an unnamed map stores the caller
 /// alone) to one algorithm's state, hashed with a randomly seeded fast
 /// hasher (callers choose their keys, so the seed must be secret; foldhash
 /// seeds every map from process randomness).
 ///
 /// Lookups take the two parts borrowed ([`Key`]): the hash is computed over
-/// the name's number and then the caller, and the stored key compared part
+/// the name and then the caller, and the stored key compared part
 /// by part, so no composite key is built per call.
 pub(crate) struct ShardedMap<V, L = Exclusive<HashTable<Item<V>>>> {
     shards: Box<[Shard<L>]>,
@@ -338,7 +376,10 @@ impl<V, L: TableLock<HashTable<Item<V>>>> ShardedMap<V, L> {
     fn hash(&self, key: Key<'_>) -> u64 {
         let mut h = self.hasher.build_hasher();
         if self.named {
-            h.write_u32(key.name);
+            h.write_u8(key.name_len());
+            if !key.name.is_empty() {
+                h.write(key.name);
+            }
         }
         h.write(key.key);
         h.finish()
@@ -631,7 +672,11 @@ mod tests {
     fn map_of(n: u32) -> ShardedMap<u32> {
         let map = ShardedMap::default();
         for i in 0..n {
-            map.update_or_insert(Key::named(3, &i.to_be_bytes()), |_| (), || (Some(i), ()));
+            map.update_or_insert(
+                Key::named(b"three", &i.to_be_bytes()),
+                |_| (),
+                || (Some(i), ()),
+            );
         }
         map
     }
@@ -644,7 +689,7 @@ mod tests {
     ) {
         for i in 0..n {
             assert_eq!(
-                map.read(Key::named(3, &i.to_be_bytes()), |v| v.copied()),
+                map.read(Key::named(b"three", &i.to_be_bytes()), |v| v.copied()),
                 (i % 2 == 0).then_some(i)
             );
         }
@@ -691,34 +736,35 @@ mod tests {
     #[test]
     fn keys_split_differently_are_different_and_survive_rehashing() {
         let map: ShardedMap<u32> = ShardedMap::default();
-        // The same bytes split differently between the name's number and
-        // the caller.
+        // The same bytes split differently between the name and the
+        // caller, and a caller that spells another key's stored bytes.
         let keys = [
-            (1, &b"a"[..]),
-            (0x61, b""),
-            (1, b"\x01\0\0\0a"),
-            (0x0100, b"\0\0\0a"),
+            (&b"x"[..], &b"a"[..]),
+            (b"xa", b""),
+            (b"", b"xa"),
+            (b"", b"\x01xa"),
+            (b"\x01", b"xa"),
         ];
         for (i, (name, key)) in keys.iter().enumerate() {
-            map.update_or_insert(Key::named(*name, key), |_| (), || (Some(i as u32), ()));
+            map.update_or_insert(Key::named(name, key), |_| (), || (Some(i as u32), ()));
         }
         // Enough entries to grow every table several times (rehashing the
         // stored keys), some kept in the slot and some on the heap.
         for i in 0..20_000u32 {
             let long = [i.to_le_bytes(); 8].concat();
             let key = if i % 2 == 0 { &long[..4] } else { &long[..] };
-            map.update_or_insert(Key::named(7, key), |_| (), || (Some(i), ()));
+            map.update_or_insert(Key::named(b"seven", key), |_| (), || (Some(i), ()));
         }
         for (i, (name, key)) in keys.iter().enumerate() {
             assert_eq!(
-                map.read(Key::named(*name, key), |v| v.copied()),
+                map.read(Key::named(name, key), |v| v.copied()),
                 Some(i as u32)
             );
         }
         for i in 0..20_000u32 {
             let long = [i.to_le_bytes(); 8].concat();
             let key = if i % 2 == 0 { &long[..4] } else { &long[..] };
-            assert_eq!(map.read(Key::named(7, key), |v| v.copied()), Some(i));
+            assert_eq!(map.read(Key::named(b"seven", key), |v| v.copied()), Some(i));
         }
         let unnamed: ShardedMap<u32> = ShardedMap::new(false);
         unnamed.update_or_insert(Key::unnamed(b"x\xFFa"), |_| (), || (Some(1), ()));
@@ -772,7 +818,11 @@ mod tests {
     fn a_read_mostly_shard_read_on_another_thread_is_skipped_and_then_walked() {
         let map: ReadMostlyMap<u32> = ShardedMap::default();
         for i in 0..100u32 {
-            map.update_or_insert(Key::named(3, &i.to_be_bytes()), |_| (), || (Some(i), ()));
+            map.update_or_insert(
+                Key::named(b"three", &i.to_be_bytes()),
+                |_| (),
+                || (Some(i), ()),
+            );
         }
         let (held, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
         std::thread::scope(|s| {
@@ -806,7 +856,7 @@ mod tests {
                 s.spawn(|| {
                     for round in 0..200 {
                         for key in &keys {
-                            let k = Key::named(1, key);
+                            let k = Key::named(b"one", key);
                             let added =
                                 map.read(k, |v| v.map(|v| v.fetch_add(1, Ordering::Relaxed)));
                             if added.is_none() {
@@ -837,7 +887,8 @@ mod tests {
         });
         for key in &keys {
             assert_eq!(
-                map.read(Key::named(1, key), |v| v.map(|v| v.load(Ordering::Relaxed))),
+                map.read(Key::named(b"one", key), |v| v
+                    .map(|v| v.load(Ordering::Relaxed))),
                 Some(800)
             );
         }

@@ -48,9 +48,11 @@ use crate::quota::Quota;
 /// - **One keyspace per quota.** State is kept per `(key, quota name,
 ///   algorithm)`: a quota checked alone and within a set of quotas is the
 ///   same state. Keys are arbitrary bytes, fully isolated from each other,
-///   and a key's state expires after the model's derived TTL. (An
-///   in-process store may stand [`Quota::name_id`] for the name: the same
-///   number for every quota of that name in the process.)
+///   and a key's state expires after the model's derived TTL. Nothing
+///   kept per quota name may outlive the states of that name: a caller
+///   may name a quota per request (the rate-limit service names one per
+///   descriptor value), and a store that remembered every name it saw
+///   would grow for the life of the process.
 /// - **Deadlines.** A request carried out after its [`Request::deadline`]
 ///   counts nothing: the store answers [`StoreError::Expired`] (an
 ///   in-process store checks [`Request::check_in_time`] first; a network
