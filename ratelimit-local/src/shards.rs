@@ -24,9 +24,9 @@ use parking_lot::RwLock;
 
 use crate::stored_key::StoredKey;
 
-/// One stored caller: its map key (in a named map the policy name's length,
-/// one byte, the name, then the caller's key; the key alone in an unnamed
-/// one; short keys in the slot itself) and its state.
+/// One stored caller: its map key (the policy name's length, one byte, the
+/// name, then the caller's key; short keys in the slot itself) and its
+/// state.
 pub(crate) type Item<V> = (StoredKey, V);
 
 /// A shard's table as a map locks it: [`Exclusive`] (one lock word; what a
@@ -139,8 +139,8 @@ const DEFAULT_NAME: &str = "default";
 /// leaves with its caller's state.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Key<'a> {
-    /// The policy name's bytes (empty for the default name, and unused in
-    /// an unnamed map); at most 64 bytes (`Quota::named` refuses longer
+    /// The policy name's bytes (empty for the default name); at most 64
+    /// bytes (`Quota::named` refuses longer
     /// names), so its length fits the stored key's first byte.
     pub(crate) name: &'a [u8],
     /// The caller's key.
@@ -160,18 +160,11 @@ impl<'a> Key<'a> {
         Self { name, key }
     }
 
-    /// A key in a named map: the policy name's bytes (at most 255) and the
-    /// caller.
+    /// The key of a policy name's bytes (at most 255) and a caller.
     #[inline]
     pub(crate) fn named(name: &'a [u8], key: &'a [u8]) -> Self {
         debug_assert!(name.len() <= usize::from(u8::MAX));
         Self { name, key }
-    }
-
-    /// A key in an unnamed map.
-    #[inline]
-    pub(crate) fn unnamed(key: &'a [u8]) -> Self {
-        Self { name: &[], key }
     }
 
     /// The name's length as the stored key's first byte.
@@ -183,10 +176,7 @@ impl<'a> Key<'a> {
 
     /// Whether the stored map key `stored` is this key.
     #[inline(always)]
-    fn matches(&self, named: bool, stored: &[u8]) -> bool {
-        if !named {
-            return bytes_eq(stored, self.key);
-        }
+    fn matches(&self, stored: &[u8]) -> bool {
         // Equal lengths, then the caller's bytes (where keys differ most),
         // then the name and its length.
         let n = self.name.len();
@@ -197,25 +187,19 @@ impl<'a> Key<'a> {
     }
 
     /// The stored map key.
-    fn to_stored(self, named: bool) -> StoredKey {
-        if named {
-            StoredKey::from_parts(&[&[self.name_len()], self.name, self.key])
-        } else {
-            StoredKey::from_parts(&[self.key])
-        }
+    fn to_stored(self) -> StoredKey {
+        StoredKey::from_parts(&[&[self.name_len()], self.name, self.key])
     }
 
     /// The key a stored map key was built from.
-    fn of_stored(named: bool, stored: &'a [u8]) -> Self {
-        if !named {
-            return Self::unnamed(stored);
-        }
+    fn of_stored(stored: &'a [u8]) -> Self {
         match stored.split_first() {
             Some((&n, rest)) if usize::from(n) <= rest.len() => {
                 let (name, key) = rest.split_at(usize::from(n));
                 Self::named(name, key)
             }
-            _ => Self::unnamed(stored),
+            // Not a key `to_stored` built; hashed as a whole.
+            _ => Self::named(&[], stored),
         }
     }
 }
@@ -322,8 +306,7 @@ struct Shard<L> {
 }
 
 /// A map from `(policy name, caller)` (stored as the name's length, one
-/// byte, the name and the caller; an unnamed map stores the caller
-/// alone) to one algorithm's state, hashed with a randomly seeded fast
+/// byte, the name and the caller) to one algorithm's state, hashed with a randomly seeded fast
 /// hasher (callers choose their keys, so the seed must be secret; foldhash
 /// seeds every map from process randomness).
 ///
@@ -337,8 +320,6 @@ pub(crate) struct ShardedMap<V, L = Exclusive<HashTable<Item<V>>>> {
     /// which neither the table's bucket index (the low bits of tables
     /// below 2^32 buckets) nor its tag (the top 7) uses.
     mask: usize,
-    /// Whether stored keys carry the policy name.
-    named: bool,
     /// Entries in every shard (kept with each insert and removal, so the
     /// store's bound on callers costs one load to check).
     entries: std::sync::atomic::AtomicUsize,
@@ -346,15 +327,14 @@ pub(crate) struct ShardedMap<V, L = Exclusive<HashTable<Item<V>>>> {
 }
 
 impl<V, L: TableLock<HashTable<Item<V>>>> Default for ShardedMap<V, L> {
-    /// A named map.
     fn default() -> Self {
-        Self::new(true)
+        Self::new()
     }
 }
 
 impl<V, L: TableLock<HashTable<Item<V>>>> ShardedMap<V, L> {
-    /// A map whose keys carry the policy name (`named`) or not.
-    pub(crate) fn new(named: bool) -> Self {
+    /// An empty map.
+    pub(crate) fn new() -> Self {
         let n = shard_count();
         Self {
             shards: (0..n)
@@ -364,7 +344,6 @@ impl<V, L: TableLock<HashTable<Item<V>>>> ShardedMap<V, L> {
                 .collect(),
             hasher: foldhash::fast::RandomState::default(),
             mask: n - 1,
-            named,
             entries: std::sync::atomic::AtomicUsize::new(0),
             _values: std::marker::PhantomData,
         }
@@ -375,11 +354,9 @@ impl<V, L: TableLock<HashTable<Item<V>>>> ShardedMap<V, L> {
     #[inline]
     fn hash(&self, key: Key<'_>) -> u64 {
         let mut h = self.hasher.build_hasher();
-        if self.named {
-            h.write_u8(key.name_len());
-            if !key.name.is_empty() {
-                h.write(key.name);
-            }
+        h.write_u8(key.name_len());
+        if !key.name.is_empty() {
+            h.write(key.name);
         }
         h.write(key.key);
         h.finish()
@@ -387,7 +364,7 @@ impl<V, L: TableLock<HashTable<Item<V>>>> ShardedMap<V, L> {
 
     /// The hash of a stored map key (when a table grows or shrinks).
     fn hash_stored(&self, stored: &[u8]) -> u64 {
-        self.hash(Key::of_stored(self.named, stored))
+        self.hash(Key::of_stored(stored))
     }
 
     #[inline]
@@ -401,11 +378,8 @@ impl<V, L: TableLock<HashTable<Item<V>>>> ShardedMap<V, L> {
     #[inline]
     pub(crate) fn read<R>(&self, key: Key<'_>, f: impl FnOnce(Option<&V>) -> R) -> R {
         let h = self.hash(key);
-        let named = self.named;
         let table = self.shard(h).read();
-        f(table
-            .find(h, |(k, _)| key.matches(named, k))
-            .map(|(_, v)| v))
+        f(table.find(h, |(k, _)| key.matches(k)).map(|(_, v)| v))
     }
 
     /// `f` of the key's state (`None`: no state), under the shard's write
@@ -413,11 +387,8 @@ impl<V, L: TableLock<HashTable<Item<V>>>> ShardedMap<V, L> {
     #[inline]
     pub(crate) fn update<R>(&self, key: Key<'_>, f: impl FnOnce(Option<&mut V>) -> R) -> R {
         let h = self.hash(key);
-        let named = self.named;
         let mut table = self.shard(h).write();
-        f(table
-            .find_mut(h, |(k, _)| key.matches(named, k))
-            .map(|(_, v)| v))
+        f(table.find_mut(h, |(k, _)| key.matches(k)).map(|(_, v)| v))
     }
 
     /// Under the shard's write lock: `update` the key's state if it has one,
@@ -430,17 +401,12 @@ impl<V, L: TableLock<HashTable<Item<V>>>> ShardedMap<V, L> {
     ) -> R {
         let h = self.hash(key);
         let mut table = self.shard(h).write();
-        let named = self.named;
-        match table.entry(
-            h,
-            |(k, _)| key.matches(named, k),
-            |(k, _)| self.hash_stored(k),
-        ) {
+        match table.entry(h, |(k, _)| key.matches(k), |(k, _)| self.hash_stored(k)) {
             Entry::Occupied(mut o) => update(&mut o.get_mut().1),
             Entry::Vacant(v) => {
                 let (state, out) = insert();
                 if let Some(state) = state {
-                    v.insert((key.to_stored(named), state));
+                    v.insert((key.to_stored(), state));
                     self.entries
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -471,8 +437,7 @@ impl<V, L: TableLock<HashTable<Item<V>>>> ShardedMap<V, L> {
     pub(crate) fn remove(&self, key: Key<'_>) -> Option<V> {
         let h = self.hash(key);
         let mut table = self.shard(h).write();
-        let named = self.named;
-        match table.find_entry(h, |(k, _)| key.matches(named, k)) {
+        match table.find_entry(h, |(k, _)| key.matches(k)) {
             Ok(o) => {
                 self.entries
                     .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -621,24 +586,21 @@ pub(crate) struct Locked<'a, V, L: TableLock<HashTable<Item<V>>> + 'a> {
 impl<V, L: TableLock<HashTable<Item<V>>>> Locked<'_, V, L> {
     /// The state of `key` (hashed to `hash` by [`ShardedMap::locate`]).
     pub(crate) fn get_mut(&mut self, hash: u64, key: Key<'_>) -> Option<&mut V> {
-        let named = self.map.named;
         self.table
-            .find_mut(hash, |(k, _)| key.matches(named, k))
+            .find_mut(hash, |(k, _)| key.matches(k))
             .map(|(_, v)| v)
     }
 
     /// Stores `value` as `key`'s state, replacing any.
     pub(crate) fn insert(&mut self, hash: u64, key: Key<'_>, value: V) {
         let map = self.map;
-        let named = map.named;
-        match self.table.entry(
-            hash,
-            |(k, _)| key.matches(named, k),
-            |(k, _)| map.hash_stored(k),
-        ) {
+        match self
+            .table
+            .entry(hash, |(k, _)| key.matches(k), |(k, _)| map.hash_stored(k))
+        {
             Entry::Occupied(mut o) => o.get_mut().1 = value,
             Entry::Vacant(v) => {
-                v.insert((key.to_stored(named), value));
+                v.insert((key.to_stored(), value));
                 map.entries
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
@@ -652,8 +614,7 @@ impl<V, L: TableLock<HashTable<Item<V>>>> Locked<'_, V, L> {
 
     /// Removes `key`'s state and returns it.
     pub(crate) fn remove(&mut self, hash: u64, key: Key<'_>) -> Option<V> {
-        let named = self.map.named;
-        match self.table.find_entry(hash, |(k, _)| key.matches(named, k)) {
+        match self.table.find_entry(hash, |(k, _)| key.matches(k)) {
             Ok(o) => {
                 self.map
                     .entries
@@ -766,13 +727,6 @@ mod tests {
             let key = if i % 2 == 0 { &long[..4] } else { &long[..] };
             assert_eq!(map.read(Key::named(b"seven", key), |v| v.copied()), Some(i));
         }
-        let unnamed: ShardedMap<u32> = ShardedMap::new(false);
-        unnamed.update_or_insert(Key::unnamed(b"x\xFFa"), |_| (), || (Some(1), ()));
-        assert_eq!(
-            unnamed.read(Key::unnamed(b"x\xFFa"), |v| v.copied()),
-            Some(1)
-        );
-        assert!(unnamed.read(Key::unnamed(b"x"), |v| v.is_none()));
     }
 
     #[test]
