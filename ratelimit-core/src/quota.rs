@@ -44,6 +44,31 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(400 * 24 * 3600);
 
 const MAX_NAME_LEN: usize = 64;
 
+/// Which bytes a policy name (and a limiter's namespace) may hold:
+/// `A-Z a-z 0-9 _ - .`, as a table so that checking a name is one load
+/// and one well-predicted branch a byte (a name of hex digits mixes the
+/// digit and letter ranges, which a chain of range tests mispredicts).
+const NAME_BYTES: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || c == b'_' || c == b'-' || c == b'.';
+        b += 1;
+    }
+    t
+};
+
+/// Whether `name` is 1 to 64 characters of `A-Z a-z 0-9 _ - .`: a valid
+/// policy name or namespace.
+pub(crate) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .fold(true, |ok, b| ok & NAME_BYTES[usize::from(b)])
+}
+
 /// "`count` per `period`": the unvalidated numbers a quota is built from.
 ///
 /// `Rate::per_minute(100)` reads as, and means, 100 per minute. Validation
@@ -416,12 +441,7 @@ impl Quota {
     ///
     /// Names are 1 to 64 characters of `A-Z a-z 0-9 _ - .`.
     pub fn named(mut self, name: &str) -> Result<Self, ConfigError> {
-        let ok = !name.is_empty()
-            && name.len() <= MAX_NAME_LEN
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-        if !ok {
+        if !valid_name(name) {
             return Err(ConfigError::InvalidName {
                 name: name.to_owned(),
             });
@@ -641,6 +661,21 @@ mod tests {
         for bad in ["", "a b", "a:b", "{x}", "é", &"x".repeat(65)] {
             assert!(q.clone().named(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn every_byte_of_a_name_is_checked_against_the_rule() {
+        let q = Quota::fixed_window(Rate::per_second(1)).unwrap();
+        for c in (0u8..=127).map(char::from) {
+            let allowed = c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+            let name = format!("d0{c}f9");
+            assert_eq!(q.clone().named(&name).is_ok(), allowed, "{name:?}");
+        }
+        for c in ['é', 'ÿ', '\u{80}', '\u{10ffff}'] {
+            assert!(q.clone().named(&format!("ok{c}")).is_err(), "{c:?}");
+        }
+        assert!(q.clone().named(&"a".repeat(64)).is_ok());
+        assert!(q.clone().named("d0123456789abcdef0123456789abcdef").is_ok());
     }
 
     #[test]

@@ -518,6 +518,7 @@ async fn the_deny_cache_sends_smaller_costs_to_the_store() {
     }
 }
 
+#[cfg(feature = "deny-cache")]
 async fn the_deny_cache_sends_smaller_costs_to_the_store_case(sync: bool) {
     use ratelimit_core::DenyCache;
     let clock = ManualClock::new(T0);

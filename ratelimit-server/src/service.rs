@@ -145,13 +145,26 @@ impl fmt::Debug for RateLimitService {
 /// place of values), each length-prefixed so no two lists collide.
 pub fn state_name(entries: &[(&str, &str)], shared: &[Option<String>]) -> String {
     state_name_of(entries.iter().copied(), shared)
+        .as_str()
+        .to_owned()
+}
+
+/// A state name, on the stack: built for every charged descriptor of
+/// every request, and copied once, into the quota's name.
+struct StateName([u8; 33]);
+
+impl StateName {
+    fn as_str(&self) -> &str {
+        // `d` and hex digits: ASCII, always UTF-8.
+        std::str::from_utf8(&self.0).unwrap_or("d")
+    }
 }
 
 /// [`state_name`] over the entries as they come.
 fn state_name_of<'a>(
     entries: impl Iterator<Item = (&'a str, &'a str)>,
     shared: &[Option<String>],
-) -> String {
+) -> StateName {
     let mut h = Sha256::new();
     for (i, (k, v)) in entries.enumerate() {
         let v = shared.get(i).and_then(|s| s.as_deref()).unwrap_or(v);
@@ -162,13 +175,12 @@ fn state_name_of<'a>(
     }
     let digest = h.finalize();
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut name = String::with_capacity(33);
-    name.push('d');
-    for b in &digest[..16] {
-        name.push(char::from(HEX[usize::from(b >> 4)]));
-        name.push(char::from(HEX[usize::from(b & 0x0f)]));
+    let mut name = [b'd'; 33];
+    for (i, b) in digest[..16].iter().enumerate() {
+        name[1 + 2 * i] = HEX[usize::from(b >> 4)];
+        name[2 + 2 * i] = HEX[usize::from(b & 0x0f)];
     }
-    name
+    StateName(name)
 }
 
 /// A header-safe policy name for a rate limit: its `name`, else its
@@ -406,13 +418,14 @@ impl RateLimitService {
                 slots.push(Slot::Check(f));
                 continue;
             }
-            let name = state_name_of(
+            let state = state_name_of(
                 request.descriptors[i]
                     .entries
                     .iter()
                     .map(|e| (e.key.as_str(), e.value.as_str())),
                 &f.shared,
             );
+            let name = state.as_str();
             // A quota-mode descriptor alone decides like any other; with
             // several, each is charged as a shadow quota and the request is
             // over the limit only if all of them are.
@@ -437,7 +450,7 @@ impl RateLimitService {
             }
             let named = quota
                 .clone()
-                .named(&name)
+                .named(name)
                 .map_err(|e| ServiceError::Internal(e.to_string()))?;
             let display = if self.settings.response_headers {
                 quota

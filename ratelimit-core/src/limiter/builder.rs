@@ -86,12 +86,7 @@ impl LimiterBuilder {
     /// `A-Z a-z 0-9 _ - .`. Two limiters with different namespaces never share
     /// state, even on one store.
     pub fn namespace(mut self, namespace: &str) -> Result<Self, ConfigError> {
-        let ok = !namespace.is_empty()
-            && namespace.len() <= 64
-            && namespace
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-        if !ok {
+        if !crate::quota::valid_name(namespace) {
             return Err(ConfigError::InvalidNamespace {
                 namespace: namespace.to_owned(),
             });
