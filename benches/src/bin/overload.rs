@@ -40,6 +40,13 @@
 //! `--timeout-ms`) and `.instances(2)`: the degraded mode of two
 //! instances.
 //!
+//! With `OVERLOAD_DIAGNOSE` set, each setting also prints (stderr) the
+//! store's answers by kind and the node's admission state at its end; with
+//! `OVERLOAD_TRACE` set as well, every 50 ms of each open-loop setting:
+//! how a collapse or a run of sheds starts (the node's measured capacity,
+//! its limit in flight, one call's time and the sheds, beside what the
+//! store answered).
+//!
 //! Options: `--client redis-rs|fred` (repeatable; default every client
 //! built), `--runs R` (1), `--seconds S` (3), `--timeout-ms T`,
 //! `--multiples a,b,..`, `--closed a,b,..`, `--capacity-tasks N`,
@@ -385,6 +392,41 @@ fn diagnosis(counting: &Counting, store: &RedisStore) {
     );
 }
 
+/// With `OVERLOAD_TRACE` also set: every 50 ms of an open-loop setting,
+/// the store's answers by kind and the node's admission state (stderr).
+async fn trace(counting: Arc<Counting>, store: RedisStore, seconds: f64) {
+    let node = store.engine().domains().get(store.node());
+    let adm = node.admission();
+    let start = Instant::now();
+    let mut shed = adm.shed();
+    let mut totals = [0u64; 6];
+    while start.elapsed().as_secs_f64() < seconds {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = counting.take();
+        for i in 0..6 {
+            totals[i] += now[i];
+        }
+        let s = adm.shed();
+        eprintln!(
+            "  t {:>5.0} ms: ok {:>6} overloaded {:>5} timeout {:>5} | capacity {:>7.0}/s limit {:>5} call {:>5.0} µs shed at the door {:>5} in the queue {:>4}",
+            start.elapsed().as_secs_f64() * 1e3,
+            now[0],
+            now[1],
+            now[3],
+            adm.capacity(Instant::now()).unwrap_or(0.0),
+            adm.limit().unwrap_or(0),
+            adm.call_time().as_secs_f64() * 1e6,
+            s.0 - shed.0,
+            s.1 - shed.1,
+        );
+        shed = s;
+    }
+    // What the trace took stays counted for the diagnosis.
+    for (c, t) in counting.counts.iter().zip(totals) {
+        c.fetch_add(t, Ordering::Relaxed);
+    }
+}
+
 fn limiter(store: &RedisStore, quota: Quota, namespace: &str, a: &Args) -> Limiter {
     let mut b = Limiter::builder(store.clone())
         .quota(quota)
@@ -612,8 +654,14 @@ async fn open_section(a: &Args, server: &RedisServer) {
                     "open loop: run {run}, {}: {multiple} x capacity = {offered:.0}/s",
                     lib.name()
                 );
+                let trace = (diagnose && std::env::var_os("OVERLOAD_TRACE").is_some())
+                    .then(|| tokio::spawn(trace(Arc::clone(&counting), store.clone(), a.seconds)));
                 let (t, secs) =
                     open_loop(&load, &tracked, offered, a.seconds, tracked_callers).await;
+                if let Some(trace) = trace {
+                    // It stops by itself after the setting's seconds.
+                    let _ = trace.await;
+                }
                 if diagnose {
                     diagnosis(&counting, &store);
                 }
