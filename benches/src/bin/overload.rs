@@ -20,7 +20,8 @@
 //!    completes).
 //! 2. **Open loop**: arrivals at `m × μ` for each `--multiples` `m` (0.5,
 //!    0.9, 1.5, 3), spaced as a Poisson process, each arrival its own task
-//!    (so that nothing waits for an earlier answer), for `--seconds`. Per
+//!    (so that nothing waits for an earlier answer), for `--seconds`, each
+//!    one of the 100,000 callers the capacity was measured on. Per
 //!    multiple: the share decided by the store, its goodput (store
 //!    decisions per second and as a share of μ), the latency from the
 //!    arrival's scheduled instant (no coordinated omission) at p50 and p99
@@ -35,6 +36,12 @@
 //!    tasks call `Limiter::check` back to back for `--seconds`: the store's
 //!    decisions per second, and the ratio of each count's rate to the
 //!    first's.
+//!
+//! Before each client's open loop and closed loop, the server's keyspace
+//! is emptied and the load's 100,000 callers written once, unmeasured: a
+//! keyspace of steady size, as a store at steady load has (one that grows
+//! while it is measured is rehashed by Redis as it crosses each power of
+//! two, and the node's rate halves meanwhile).
 //!
 //! Every limiter has the library's defaults (timeout 20 ms, or
 //! `--timeout-ms`) and `.instances(2)`: the degraded mode of two
@@ -187,6 +194,41 @@ impl Drop for Busy {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+/// The callers of the load (`c0` .. `c99999`), in every section: a
+/// keyspace each limiter has written in full before it is measured
+/// ([`steady_keyspace`]), so that Redis never grows its table of keys
+/// while a figure is taken.
+const CALLERS: usize = 100_000;
+
+/// Empties the server's keyspace and has `limiter` write every one of the
+/// [`CALLERS`] once, unmeasured, so that what is measured next runs on a
+/// keyspace of steady size. A keyspace that grows while it is measured
+/// is rehashed by Redis as it crosses each power of two (about 40 % of the
+/// server's CPU for a few hundred ms at 130,000 and 260,000 keys, when the
+/// open loop drew its callers from a million): the node's rate halves
+/// meanwhile, a passing state of the server's memory that a store at
+/// steady load does not meet.
+async fn steady_keyspace(server: &RedisServer, limiter: &Limiter) {
+    let mut conn = server.connection();
+    redis::cmd("FLUSHDB")
+        .query::<()>(&mut conn)
+        .expect("FLUSHDB");
+    let tasks = 256;
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                for i in CALLERS * t / tasks..CALLERS * (t + 1) / tasks {
+                    limiter.check(format!("c{i}")).await;
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.expect("warm-up task");
     }
 }
 
@@ -457,7 +499,7 @@ async fn closed(limiter: &Limiter, tasks: usize, seconds: f64, spawned: bool) ->
     let latency = Arc::new(Histogram::new());
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(seconds);
-    let callers = 100_000;
+    let callers = CALLERS;
     let handles: Vec<_> = (0..tasks)
         .map(|t| {
             let limiter = limiter.clone();
@@ -557,11 +599,11 @@ async fn open_loop(
                                 tally.add(d.source, done - arrival, done - called);
                             });
                         } else {
-                            let key = rng.next_u64() % 1_000_000;
+                            let key = rng.next_u64() % CALLERS as u64;
                             let limiter = load.clone();
                             tokio::spawn(async move {
                                 let called = Instant::now();
-                                let d = limiter.check(format!("k{key}")).await;
+                                let d = limiter.check(format!("c{key}")).await;
                                 let done = Instant::now();
                                 tally.add(d.source, done - arrival, done - called);
                             });
@@ -641,9 +683,8 @@ async fn open_section(a: &Args, server: &RedisServer) {
             } else {
                 limiter(&store, admit_all(), &ns("load"), a)
             };
-            for i in 0..100 {
-                load.check(format!("warm-{i}")).await;
-            }
+            steady_keyspace(server, &load).await;
+            let _ = counting.take();
             eprintln!("open loop: run {run}, {}: capacity", lib.name());
             let capacity = capacity_loop(&load, a.capacity_tasks, a.seconds).await;
             for (m, &multiple) in a.multiples.iter().enumerate() {
@@ -779,9 +820,8 @@ async fn closed_section(a: &Args, server: &RedisServer) {
             } else {
                 limiter(&store, admit_all(), &ns, a)
             };
-            for i in 0..100 {
-                load.check(format!("warm-{i}")).await;
-            }
+            steady_keyspace(server, &load).await;
+            let _ = counting.take();
             for &tasks in &a.closed {
                 eprintln!("closed loop: run {run}, {}: {tasks} callers", lib.name());
                 let before = load.stats();
