@@ -32,6 +32,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use foldhash::HashMap;
 use ratelimit_core::AlgorithmKind;
 
@@ -94,11 +96,12 @@ pub struct Found {
     pub limit: Arc<RateLimit>,
     /// Per entry of the descriptor, the wildcard pattern whose matches
     /// share one threshold (`share_threshold`), used in place of the
-    /// entry's value in the state's identity.
+    /// entry's value in the state's identity; empty when no entry has one.
     pub shared: Vec<Option<String>>,
     /// The metrics label: the descriptor path, with values where
-    /// `detailed_metric` or `value_to_metric` ask for them.
-    pub metric_key: String,
+    /// `detailed_metric` or `value_to_metric` ask for them (the limit's own
+    /// `full_key`, shared, when it has none).
+    pub metric_key: Arc<str>,
 }
 
 /// A loaded configuration: every domain of every file.
@@ -235,7 +238,7 @@ impl Config {
     pub fn dump(&self) -> Vec<(String, Arc<RateLimit>)> {
         fn walk(node: &Node, out: &mut Vec<(String, Arc<RateLimit>)>) {
             if let Some(l) = &node.limit {
-                out.push((l.full_key.clone(), l.clone()));
+                out.push((l.full_key.to_string(), l.clone()));
             }
             for child in node.children.values() {
                 walk(child, out);
@@ -256,15 +259,15 @@ impl Config {
     /// equals the configuration's. `override_limit` is a limit Envoy sent
     /// with the descriptor (`requests_per_unit`, unit): it applies to any
     /// descriptor of a configured domain, decided by `algorithm`.
-    pub fn lookup(
-        &self,
+    pub fn lookup<'a>(
+        &'a self,
         domain: &str,
-        entries: &[(&str, &str)],
+        entries: &[(&'a str, &'a str)],
         override_limit: Option<(u32, Unit, AlgorithmKind)>,
     ) -> Option<Found> {
         let root = self.domains.get(domain)?;
         if let Some((rpu, unit, algorithm)) = override_limit {
-            let full_key = descriptor_key(domain, entries);
+            let full_key: Arc<str> = descriptor_key(domain, entries).into();
             return Some(Found {
                 limit: Arc::new(RateLimit {
                     requests_per_unit: rpu,
@@ -278,37 +281,34 @@ impl Config {
                     algorithm,
                     burst: None,
                     quota: RateLimit::build_quota(rpu, unit, algorithm, None).ok()?,
-                    full_key: full_key.clone(),
+                    full_key: Arc::clone(&full_key),
                 }),
-                shared: vec![None; entries.len()],
+                shared: Vec::new(),
                 metric_key: full_key,
             });
         }
         let mut map = &root.children;
         let mut prev = root;
-        // The metric keys' room for the whole path at once, and one buffer
-        // for every level's `key_value`.
-        let path_len = domain.len()
-            + entries
+        // One buffer for every level's `key_value`; what each level shows
+        // in the metrics label (its value, a pattern, or nothing), kept so
+        // that the label is written only when it is not the limit's path.
+        let mut with_value = String::with_capacity(
+            entries
                 .iter()
-                .map(|(k, v)| k.len() + v.len() + 2)
-                .sum::<usize>();
-        let mut detailed = String::with_capacity(path_len);
-        detailed.push_str(domain);
-        let mut valued = String::with_capacity(path_len);
-        valued.push_str(domain);
-        let mut shared: Vec<Option<String>> = vec![None; entries.len()];
+                .map(|(k, v)| k.len() + v.len() + 1)
+                .max()
+                .unwrap_or(0),
+        );
+        let mut shown_at: SmallVec<[&'a str; 4]> = SmallVec::new();
+        let mut shared: Vec<Option<String>> = Vec::new();
         let mut found: Option<Arc<RateLimit>> = None;
         let mut any_shared = false;
-        let mut with_value = String::new();
         for (i, &(key, value)) in entries.iter().enumerate() {
             with_value.clear();
             with_value.push_str(key);
             with_value.push('_');
             with_value.push_str(value);
             let with_value = with_value.as_str();
-            detailed.push('.');
-            detailed.push_str(with_value);
             let mut next = map.get(with_value);
             let mut wildcard: Option<&str> = None;
             if next.is_none() {
@@ -335,15 +335,18 @@ impl Config {
                 && !n.wildcard_pattern.is_empty()
             {
                 let p = &n.wildcard_pattern;
+                if shared.is_empty() {
+                    shared.resize(entries.len(), None);
+                }
                 shared[i] = Some(p[unprefixed(p).unwrap_or(0)..].to_owned());
                 any_shared = true;
             }
-            valued.push('.');
-            match next {
+            shown_at.push(match next {
                 Some(n) => {
-                    let shown: &str = if let Some(w) = wildcard {
-                        if let Some(p) = &shared[i] {
-                            p
+                    if let Some(w) = wildcard {
+                        if n.share_threshold && !n.wildcard_pattern.is_empty() {
+                            let p = &n.wildcard_pattern;
+                            &p[unprefixed(p).unwrap_or(0)..]
                         } else if n.value_to_metric {
                             value
                         } else {
@@ -353,15 +356,10 @@ impl Config {
                         value
                     } else {
                         ""
-                    };
-                    valued.push_str(key);
-                    if !shown.is_empty() {
-                        valued.push('_');
-                        valued.push_str(shown);
                     }
                 }
-                None => valued.push_str(key),
-            }
+                None => "",
+            });
             if let Some(l) = next.and_then(|n| n.limit.as_ref())
                 && i == entries.len() - 1
             {
@@ -376,7 +374,7 @@ impl Config {
             }
         }
         let limit = found?;
-        let metric_key = if limit.detailed_metric {
+        let metric_key: Arc<str> = if limit.detailed_metric {
             if any_shared {
                 let mut k = String::from(domain);
                 for (i, &(key, value)) in entries.iter().enumerate() {
@@ -394,12 +392,14 @@ impl Config {
                         None => {}
                     }
                 }
-                k
+                k.into()
             } else {
-                detailed
+                descriptor_values_key(domain, entries).into()
             }
+        } else if is_label(&limit.full_key, domain, entries, &shown_at) {
+            Arc::clone(&limit.full_key)
         } else {
-            valued
+            label(domain, entries, &shown_at).into()
         };
         Some(Found {
             limit,
@@ -407,6 +407,63 @@ impl Config {
             metric_key,
         })
     }
+}
+
+/// `domain.key_value.key_value...`, every entry with its value (even an
+/// empty one): the metrics label of a `detailed_metric` limit.
+fn descriptor_values_key(domain: &str, entries: &[(&str, &str)]) -> String {
+    let mut k = String::with_capacity(
+        domain.len()
+            + entries
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 2)
+                .sum::<usize>(),
+    );
+    k.push_str(domain);
+    for (key, value) in entries {
+        k.push('.');
+        k.push_str(key);
+        k.push('_');
+        k.push_str(value);
+    }
+    k
+}
+
+/// The metrics label of a descriptor whose levels show `shown` (a value,
+/// a pattern, or nothing): `domain.key_shown.key...`.
+fn label(domain: &str, entries: &[(&str, &str)], shown: &[&str]) -> String {
+    let mut k = String::from(domain);
+    for ((key, _), shown) in entries.iter().zip(shown) {
+        k.push('.');
+        k.push_str(key);
+        if !shown.is_empty() {
+            k.push('_');
+            k.push_str(shown);
+        }
+    }
+    k
+}
+
+/// Whether `path` is the label [`label`] would write: compared piece by
+/// piece, without writing it (a descriptor that matched its limit's own
+/// path, the common case, takes the limit's label as is).
+fn is_label(path: &str, domain: &str, entries: &[(&str, &str)], shown: &[&str]) -> bool {
+    let Some(mut rest) = path.strip_prefix(domain) else {
+        return false;
+    };
+    for ((key, _), shown) in entries.iter().zip(shown) {
+        let Some(r) = rest.strip_prefix('.').and_then(|r| r.strip_prefix(key)) else {
+            return false;
+        };
+        rest = r;
+        if !shown.is_empty() {
+            let Some(r) = rest.strip_prefix('_').and_then(|r| r.strip_prefix(shown)) else {
+                return false;
+            };
+            rest = r;
+        }
+    }
+    rest.is_empty()
 }
 
 /// `domain.key_value.key...`: the stats key of a descriptor Envoy sent a

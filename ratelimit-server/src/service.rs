@@ -188,9 +188,9 @@ fn state_name_of<'a>(
 /// `_`, at most 64.
 fn display_name(limit: &RateLimit) -> String {
     let source = if limit.name.is_empty() {
-        &limit.full_key
+        &*limit.full_key
     } else {
-        &limit.name
+        limit.name.as_str()
     };
     let mut s: String = source
         .chars()

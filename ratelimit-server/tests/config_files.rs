@@ -83,9 +83,9 @@ fn matching_follows_envoyproxy_ratelimit() {
     );
     // detailed_metric puts the value in the metrics key.
     let key7 = c.lookup(d, &[("key7", "unspecified")], None).expect("key7");
-    assert_eq!(key7.metric_key, "test-domain.key7_unspecified");
+    assert_eq!(&*key7.metric_key, "test-domain.key7_unspecified");
     assert_eq!(
-        c.lookup(d, &[("key3", "foo")], None)
+        &*c.lookup(d, &[("key3", "foo")], None)
             .expect("key3")
             .metric_key,
         "test-domain.key3"
@@ -141,7 +141,7 @@ fn wildcards_and_shared_thresholds_match_as_envoyproxy_ratelimit() {
     let r = s
         .lookup(d, &[("route", "api/v1"), ("method", "GET")], None)
         .expect("route");
-    assert_eq!(r.metric_key, "test-domain.route_api/*.method");
+    assert_eq!(&*r.metric_key, "test-domain.route_api/*.method");
 }
 
 #[test]
@@ -261,4 +261,61 @@ fn the_algorithm_extension_is_read_and_checked() {
     let too_long = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n      requests_per_unit: 200000\n      algorithm: sliding_log\n";
     let e = Config::from_yaml_str("ext.yaml", too_long).expect_err("sliding log cap");
     assert!(e.fix.contains("sliding_window"), "{e}");
+}
+
+#[test]
+fn metrics_labels_show_values_only_where_asked() {
+    let c = Config::from_yaml_str(
+        "labels.yaml",
+        "domain: d
+descriptors:
+  - key: plan
+    value: gold
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: ip
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: path
+    value: api*
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: tenant
+    value: t*
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: route
+    descriptors:
+      - key: method
+        value: GET
+        rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: team
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+",
+    )
+    .expect("config");
+    let label = |entries: &[(&str, &str)]| -> String {
+        c.lookup("d", entries, None)
+            .unwrap_or_else(|| panic!("{entries:?} matches"))
+            .metric_key
+            .to_string()
+    };
+    // The limit's own path: by value, by key, nested, a wildcard's pattern.
+    assert_eq!(label(&[("plan", "gold")]), "d.plan_gold");
+    assert_eq!(label(&[("user", "u42")]), "d.user");
+    assert_eq!(
+        label(&[("route", "r"), ("method", "GET")]),
+        "d.route.method_GET"
+    );
+    assert_eq!(label(&[("path", "api/v1")]), "d.path_api*");
+    // The request's value: value_to_metric, on a key and on a wildcard.
+    assert_eq!(label(&[("ip", "10.0.0.1")]), "d.ip_10.0.0.1");
+    assert_eq!(label(&[("tenant", "t7")]), "d.tenant_t7");
+    // detailed_metric: every entry with its value.
+    assert_eq!(label(&[("team", "core")]), "d.team_core");
+    // A label that is the limit's path is the limit's own, not a copy.
+    let f = c.lookup("d", &[("plan", "gold")], None).expect("plan");
+    assert!(std::sync::Arc::ptr_eq(&f.metric_key, &f.limit.full_key));
+    assert!(f.shared.is_empty());
 }

@@ -1,5 +1,6 @@
 //! One rate limit: its unit, its algorithm, and the quota that decides it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ratelimit_core::{AlgorithmKind, Quota, Rate};
@@ -152,8 +153,9 @@ pub struct RateLimit {
     /// descriptor value gets its own state.
     pub quota: Option<Quota>,
     /// The descriptor path (`domain.key_value.key`): envoyproxy/ratelimit's
-    /// stats key, used as the metrics label.
-    pub full_key: String,
+    /// stats key, used as the metrics label (shared: a descriptor that
+    /// matches the limit without a value in its label takes it as is).
+    pub full_key: Arc<str>,
 }
 
 impl RateLimit {

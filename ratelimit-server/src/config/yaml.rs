@@ -550,7 +550,7 @@ impl Loader<'_> {
             algorithm,
             burst,
             quota,
-            full_key,
+            full_key: full_key.into(),
         })
     }
 }
