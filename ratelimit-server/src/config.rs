@@ -267,7 +267,7 @@ impl Config {
     ) -> Option<Found> {
         let root = self.domains.get(domain)?;
         if let Some((rpu, unit, algorithm)) = override_limit {
-            let full_key: Arc<str> = descriptor_key(domain, entries).into();
+            let full_key: Arc<str> = label(domain, entries.iter().copied()).into();
             return Some(Found {
                 limit: Arc::new(RateLimit {
                     requests_per_unit: rpu,
@@ -376,30 +376,24 @@ impl Config {
         let limit = found?;
         let metric_key: Arc<str> = if limit.detailed_metric {
             if any_shared {
-                let mut k = String::from(domain);
-                for (i, &(key, value)) in entries.iter().enumerate() {
-                    k.push('.');
-                    k.push_str(key);
-                    match &shared[i] {
-                        Some(p) => {
-                            k.push('_');
-                            k.push_str(p);
-                        }
-                        None if !value.is_empty() => {
-                            k.push('_');
-                            k.push_str(value);
-                        }
-                        None => {}
-                    }
-                }
-                k.into()
+                let shown = entries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(key, value))| (key, shared[i].as_deref().unwrap_or(value)));
+                label(domain, shown).into()
             } else {
                 descriptor_values_key(domain, entries).into()
             }
-        } else if is_label(&limit.full_key, domain, entries, &shown_at) {
-            Arc::clone(&limit.full_key)
         } else {
-            label(domain, entries, &shown_at).into()
+            let shown = entries
+                .iter()
+                .zip(&shown_at)
+                .map(|(&(key, _), &s)| (key, s));
+            if is_label(&limit.full_key, domain, shown.clone()) {
+                Arc::clone(&limit.full_key)
+            } else {
+                label(domain, shown).into()
+            }
         };
         Some(Found {
             limit,
@@ -429,11 +423,12 @@ fn descriptor_values_key(domain: &str, entries: &[(&str, &str)]) -> String {
     k
 }
 
-/// The metrics label of a descriptor whose levels show `shown` (a value,
-/// a pattern, or nothing): `domain.key_shown.key...`.
-fn label(domain: &str, entries: &[(&str, &str)], shown: &[&str]) -> String {
+/// `domain.key_shown.key...`: each level's key, and what it shows (a value
+/// or a pattern) after `_` unless that is empty. The metrics label, and
+/// envoyproxy/ratelimit's stats key of a descriptor (its values shown).
+fn label<'s>(domain: &str, levels: impl Iterator<Item = (&'s str, &'s str)>) -> String {
     let mut k = String::from(domain);
-    for ((key, _), shown) in entries.iter().zip(shown) {
+    for (key, shown) in levels {
         k.push('.');
         k.push_str(key);
         if !shown.is_empty() {
@@ -444,14 +439,18 @@ fn label(domain: &str, entries: &[(&str, &str)], shown: &[&str]) -> String {
     k
 }
 
-/// Whether `path` is the label [`label`] would write: compared piece by
-/// piece, without writing it (a descriptor that matched its limit's own
-/// path, the common case, takes the limit's label as is).
-fn is_label(path: &str, domain: &str, entries: &[(&str, &str)], shown: &[&str]) -> bool {
+/// Whether `path` is the label [`label`] would write for `levels`:
+/// compared piece by piece, without writing it (a descriptor that matched
+/// its limit's own path, the common case, takes the limit's label as is).
+fn is_label<'s>(
+    path: &str,
+    domain: &str,
+    levels: impl Iterator<Item = (&'s str, &'s str)>,
+) -> bool {
     let Some(mut rest) = path.strip_prefix(domain) else {
         return false;
     };
-    for ((key, _), shown) in entries.iter().zip(shown) {
+    for (key, shown) in levels {
         let Some(r) = rest.strip_prefix('.').and_then(|r| r.strip_prefix(key)) else {
             return false;
         };
@@ -464,21 +463,6 @@ fn is_label(path: &str, domain: &str, entries: &[(&str, &str)], shown: &[&str]) 
         }
     }
     rest.is_empty()
-}
-
-/// `domain.key_value.key...`: the stats key of a descriptor Envoy sent a
-/// limit with.
-fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {
-    let mut k = String::from(domain);
-    for (key, value) in entries {
-        k.push('.');
-        k.push_str(key);
-        if !value.is_empty() {
-            k.push('_');
-            k.push_str(value);
-        }
-    }
-    k
 }
 
 /// The YAML files a path names: the file itself, or a directory's `*.yaml`

@@ -377,6 +377,11 @@ impl Counting {
         self.counts[i].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The counts so far.
+    fn read(&self) -> [u64; 6] {
+        std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed))
+    }
+
     fn take(&self) -> [u64; 6] {
         std::array::from_fn(|i| self.counts[i].swap(0, Ordering::Relaxed))
     }
@@ -440,32 +445,24 @@ async fn trace(counting: Arc<Counting>, store: RedisStore, seconds: f64) {
     let node = store.engine().domains().get(store.node());
     let adm = node.admission();
     let start = Instant::now();
+    let mut seen = counting.read();
     let mut shed = adm.shed();
-    let mut totals = [0u64; 6];
     while start.elapsed().as_secs_f64() < seconds {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = counting.take();
-        for i in 0..6 {
-            totals[i] += now[i];
-        }
-        let s = adm.shed();
+        let (now, s) = (counting.read(), adm.shed());
         eprintln!(
             "  t {:>5.0} ms: ok {:>6} overloaded {:>5} timeout {:>5} | capacity {:>7.0}/s limit {:>5} call {:>5.0} µs shed at the door {:>5} in the queue {:>4}",
             start.elapsed().as_secs_f64() * 1e3,
-            now[0],
-            now[1],
-            now[3],
+            now[0] - seen[0],
+            now[1] - seen[1],
+            now[3] - seen[3],
             adm.capacity(Instant::now()).unwrap_or(0.0),
             adm.limit().unwrap_or(0),
             adm.call_time().as_secs_f64() * 1e6,
             s.0 - shed.0,
             s.1 - shed.1,
         );
-        shed = s;
-    }
-    // What the trace took stays counted for the diagnosis.
-    for (c, t) in counting.counts.iter().zip(totals) {
-        c.fetch_add(t, Ordering::Relaxed);
+        (seen, shed) = (now, s);
     }
 }
 

@@ -241,8 +241,8 @@ arrival is, a quota every call passes: the generator, the client and the server 
 cores), then offers Poisson arrivals at multiples of μ for 3 s each, every arrival its own \
 task, latency counted from its scheduled instant; then 256 and 4,096 closed-loop callers. \
 Every load draws on the same 100,000 callers, each written once before the section is measured \
-(a keyspace of steady size: a keyspace that grows under measurement is rehashed by Redis as it \
-crosses each power of two, which halved the node's rate for a few hundred ms at a time). \
+(a keyspace of steady size: Redis rehashes a growing one at each power of two, at the cost of \
+its rate). \
 Limiters have the library's defaults (20 ms, `.instances(2)`, the store's own I/O thread). \
 `goodput / μ`: the store's decisions per second over its capacity; `not by the store answered \
 ≤ 1 ms`: of the decisions the store did not make, the share answered within 1 ms of the call \
