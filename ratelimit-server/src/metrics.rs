@@ -16,7 +16,7 @@
 //! No label ever holds a caller's value unless the configuration asks for
 //! it (`detailed_metric`, `value_to_metric`).
 
-use std::sync::{OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -26,7 +26,7 @@ use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use ratelimit_core::Source;
 
-use crate::config::Config;
+use crate::config::{Config, Found};
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -199,21 +199,53 @@ pub(crate) fn request_done(
     h.duration.record(elapsed.as_secs_f64());
 }
 
-pub(crate) fn descriptor(key: &str, hits: u64, within: bool, shadow: bool) {
-    let [total, within_limit, over_limit, shadow_mode] = cached(
-        &handles().descriptors,
-        key,
-        || key.to_owned(),
-        || {
-            [
-                "ratelimit_server_total_hits",
-                "ratelimit_server_within_limit",
-                "ratelimit_server_over_limit",
-                "ratelimit_server_shadow_mode",
-            ]
-            .map(|name| metrics::counter!(name, "key" => key.to_owned()))
-        },
-    );
+/// The four counters of one descriptor label: total hits, within, over,
+/// shadow.
+fn descriptor_counters(key: &str) -> [Counter; 4] {
+    [
+        "ratelimit_server_total_hits",
+        "ratelimit_server_within_limit",
+        "ratelimit_server_over_limit",
+        "ratelimit_server_shadow_mode",
+    ]
+    .map(|name| metrics::counter!(name, "key" => key.to_owned()))
+}
+
+/// The counters of a rate limit's own label (its descriptor path), made
+/// on its first decision and kept with the limit, so that a descriptor
+/// labelled by its limit's path costs no lock, hash or handle clone. A
+/// limit built again by a reload makes its own, which record into the
+/// same series.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LimitCounters(OnceLock<[Counter; 4]>);
+
+/// Counts the hits of a descriptor found as `found`: under its limit's
+/// own label from the counters kept with the limit, under any other label
+/// (values asked for by `detailed_metric`, `value_to_metric`) from the
+/// kept handles of that label.
+pub(crate) fn descriptor(found: &Found, hits: u64, within: bool) {
+    let limit = &found.limit;
+    let shadow = limit.shadow_mode;
+    if Arc::ptr_eq(&found.metric_key, &limit.full_key) {
+        let kept = limit.counters.0.get_or_init(|| {
+            install();
+            descriptor_counters(&limit.full_key)
+        });
+        count_descriptor(kept, hits, within, shadow);
+    } else {
+        let key = &*found.metric_key;
+        let made = cached(
+            &handles().descriptors,
+            key,
+            || key.to_owned(),
+            || descriptor_counters(key),
+        );
+        count_descriptor(&made, hits, within, shadow);
+    }
+}
+
+fn count_descriptor(counters: &[Counter; 4], hits: u64, within: bool, shadow: bool) {
+    let [total, within_limit, over_limit, shadow_mode] = counters;
     total.increment(hits);
     if within {
         within_limit.increment(hits);
@@ -266,6 +298,65 @@ mod tests {
                 names()
             );
             std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+#[cfg(test)]
+mod counting {
+    use std::sync::Arc;
+
+    use super::{descriptor, render};
+    use crate::config::Config;
+
+    /// A descriptor labelled by its limit's path counts on the counters
+    /// kept with the limit, one labelled with values (`detailed_metric`)
+    /// on the kept handles of its label; both count into the exported
+    /// series, shadow hits as over-limit and shadow, and a reload (new
+    /// limits, new kept counters) goes on counting into the same series.
+    #[test]
+    fn hits_are_counted_under_each_label_across_reloads() {
+        let yaml = "domain: counted
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: team
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+";
+        for reload in 1..=2u64 {
+            let config = Config::from_yaml_str("counted.yaml", yaml).expect("config");
+            let found = |key: &str| {
+                config
+                    .lookup("counted", &[(key, "red")], None)
+                    .expect("a limit")
+            };
+            let (user, team, trial) = (found("user"), found("team"), found("trial"));
+            assert!(Arc::ptr_eq(&user.metric_key, &user.limit.full_key));
+            assert!(!Arc::ptr_eq(&team.metric_key, &team.limit.full_key));
+            descriptor(&user, 2, true);
+            descriptor(&user, 1, false);
+            descriptor(&team, 3, true);
+            descriptor(&trial, 4, false);
+            let text = render();
+            for (series, value) in [
+                (r#"ratelimit_server_total_hits{key="counted.user"}"#, 3),
+                (r#"ratelimit_server_within_limit{key="counted.user"}"#, 2),
+                (r#"ratelimit_server_over_limit{key="counted.user"}"#, 1),
+                (r#"ratelimit_server_total_hits{key="counted.team_red"}"#, 3),
+                (
+                    r#"ratelimit_server_within_limit{key="counted.team_red"}"#,
+                    3,
+                ),
+                (r#"ratelimit_server_over_limit{key="counted.trial"}"#, 4),
+                (r#"ratelimit_server_shadow_mode{key="counted.trial"}"#, 4),
+            ] {
+                let line = format!("{series} {}\n", value * reload);
+                assert!(text.contains(&line), "no {line:?} in\n{text}");
+            }
         }
     }
 }

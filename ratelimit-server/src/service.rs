@@ -496,7 +496,7 @@ impl RateLimitService {
                     ..Default::default()
                 },
                 Slot::Never(f) => {
-                    metrics::descriptor(&f.metric_key, costs[i], false, f.limit.shadow_mode);
+                    metrics::descriptor(f, costs[i], false);
                     self.tally(
                         f,
                         true,
@@ -530,12 +530,7 @@ impl RateLimitService {
                     };
                     let denied = decided.is_some_and(|(_, d)| !d.allowed);
                     if let Some((c, _)) = decided {
-                        metrics::descriptor(
-                            &f.metric_key,
-                            charges[c].cost,
-                            !denied,
-                            f.limit.shadow_mode,
-                        );
+                        metrics::descriptor(f, charges[c].cost, !denied);
                     }
                     self.tally(
                         f,

@@ -156,6 +156,9 @@ pub struct RateLimit {
     /// stats key, used as the metrics label (shared: a descriptor that
     /// matches the limit without a value in its label takes it as is).
     pub full_key: Arc<str>,
+    /// The metrics counters of `full_key`, made on the limit's first
+    /// decision.
+    pub(crate) counters: crate::metrics::LimitCounters,
 }
 
 impl RateLimit {
