@@ -79,6 +79,16 @@
 //! request (both from `/proc/<pid>/stat` over the measured window), and the
 //! share admitted. Then the ratios the service is held to, and every
 //! round's rows.
+//!
+//! With `LOADGEN_TRACE` set, each open-loop load also prints (stderr) the
+//! UNIX time it starts at and every 50 ms of its schedule in which some
+//! answer took over 5 ms: per connection, the slowest answer, how late
+//! the generator sent its requests, and how many were answered. A slow
+//! spell on every connection at once is the server's or the machine's, on
+//! one connection its transport's; one whose requests were sent late is
+//! (at least partly) the generator's. The start time lines a spell up
+//! with a `perf` recording of the server (`perf record -k mono`, after
+//! subtracting the difference between the UNIX and monotonic clocks).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -463,6 +473,9 @@ async fn drive(o: &Opts, keys: u32, load: Load, call: Call, pids: &Pids) -> Meas
     let latencies: Arc<Mutex<Vec<u32>>> = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
     let unsent = Arc::new(AtomicU64::new(0));
     let lags: Arc<Mutex<Vec<u32>>> = Arc::new(Mutex::new(Vec::new()));
+    // LOADGEN_TRACE: each connection's answers, to print the open loop's
+    // slow spells by connection.
+    let traced: Arc<Mutex<Vec<(usize, Answers)>>> = Arc::default();
     let record = {
         let admitted = admitted.clone();
         let failed = failed.clone();
@@ -516,13 +529,21 @@ async fn drive(o: &Opts, keys: u32, load: Load, call: Call, pids: &Pids) -> Meas
             // its scheduled time.
             let conns = o.connections;
             let per = rate / conns as f64;
+            let trace = std::env::var_os("LOADGEN_TRACE").map(|_| traced.clone());
             let start = Instant::now();
+            if trace.is_some() {
+                let unix = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                eprintln!("open loop starts at {:.6} (UNIX time)", unix.as_secs_f64());
+            }
             for conn in 0..conns {
                 let call = call.clone();
                 let latencies = latencies.clone();
                 let record = record.clone();
                 let unsent = unsent.clone();
                 let lags = lags.clone();
+                let trace = trace.clone();
                 tasks.push(tokio::spawn(async move {
                     let mut lag = Vec::with_capacity(1 << 16);
                     let gap = Duration::from_secs_f64(1.0 / per);
@@ -530,6 +551,7 @@ async fn drive(o: &Opts, keys: u32, load: Load, call: Call, pids: &Pids) -> Meas
                     let mut next = start + gap.mul_f64(conn as f64 / conns as f64);
                     let mut pending = FuturesUnordered::new();
                     let mut lat = Vec::with_capacity(1 << 16);
+                    let mut slow: Answers = Vec::new();
                     let bound = 20_000usize;
                     loop {
                         // Send every request whose time has come.
@@ -551,7 +573,7 @@ async fn drive(o: &Opts, keys: u32, load: Load, call: Call, pids: &Pids) -> Meas
                                         .unwrap_or(u32::MAX),
                                 );
                             }
-                            pending.push(async move { (sent, fut.await, Instant::now()) });
+                            pending.push(async move { (sent, now, fut.await, Instant::now()) });
                         }
                         if next >= stop_at && pending.is_empty() {
                             break;
@@ -563,7 +585,14 @@ async fn drive(o: &Opts, keys: u32, load: Load, call: Call, pids: &Pids) -> Meas
                         };
                         tokio::select! {
                             biased;
-                            Some((sent, ok, done)) = pending.next(), if !pending.is_empty() => {
+                            Some((sent, went, ok, done)) = pending.next(), if !pending.is_empty() => {
+                                if trace.is_some() {
+                                    slow.push((
+                                        sent.duration_since(start),
+                                        went.duration_since(sent),
+                                        done.duration_since(sent),
+                                    ));
+                                }
                                 record(&mut lat, sent, done, ok);
                             }
                             () = tokio::time::sleep_until(wake.into()) => {
@@ -577,6 +606,9 @@ async fn drive(o: &Opts, keys: u32, load: Load, call: Call, pids: &Pids) -> Meas
                     }
                     lags.lock().expect("lags").extend(lag);
                     latencies.lock().expect("latencies").extend(lat);
+                    if let Some(trace) = trace {
+                        trace.lock().expect("trace").push((conn, slow));
+                    }
                 }));
             }
         }
@@ -589,6 +621,7 @@ async fn drive(o: &Opts, keys: u32, load: Load, call: Call, pids: &Pids) -> Meas
         t.await.expect("load task");
     }
     let (server_cpu, store_cpu) = after.since(&before);
+    print_slow_spells(&traced.lock().expect("trace"));
     let mut latencies_us = std::mem::take(&mut *latencies.lock().expect("latencies"));
     latencies_us.sort_unstable();
     Measured {
@@ -612,6 +645,53 @@ async fn drive(o: &Opts, keys: u32, load: Load, call: Call, pids: &Pids) -> Meas
         },
         server_cpu,
         store_cpu,
+    }
+}
+
+/// One connection's answers under `LOADGEN_TRACE`: each one's scheduled
+/// time since the load's start, how late it was sent, and its latency.
+type Answers = Vec<(Duration, Duration, Duration)>;
+
+/// LOADGEN_TRACE: every 50 ms (by scheduled time) in which some answer
+/// took over 5 ms, with the slowest answer, the latest send and the count
+/// per connection.
+fn print_slow_spells(traced: &[(usize, Answers)]) {
+    #[derive(Default, Clone, Copy)]
+    struct Spell {
+        took_us: u128,
+        lag_us: u128,
+        answers: u32,
+    }
+    if traced.is_empty() {
+        return;
+    }
+    let mut spells: std::collections::BTreeMap<u128, Vec<Spell>> =
+        std::collections::BTreeMap::new();
+    for (conn, answers) in traced {
+        for (at, lag, took) in answers {
+            let spell = spells
+                .entry(at.as_millis() / 50)
+                .or_insert_with(|| vec![Spell::default(); traced.len()]);
+            let s = &mut spell[*conn % traced.len()];
+            s.took_us = s.took_us.max(took.as_micros());
+            s.lag_us = s.lag_us.max(lag.as_micros());
+            s.answers += 1;
+        }
+    }
+    for (bucket, conns) in spells {
+        if conns.iter().any(|s| s.took_us > 5_000) {
+            let by_conn: Vec<String> = conns
+                .iter()
+                .enumerate()
+                .map(|(c, s)| {
+                    format!(
+                        "conn {c}: max {} µs (sent up to {} µs late) of {}",
+                        s.took_us, s.lag_us, s.answers
+                    )
+                })
+                .collect();
+            eprintln!("slow spell at +{} ms: {}", bucket * 50, by_conn.join(", "));
+        }
     }
 }
 
@@ -1243,6 +1323,9 @@ fn main() {
                         fraction,
                         rate: capacity * fraction,
                     };
+                    if std::env::var_os("LOADGEN_TRACE").is_some() {
+                        eprintln!("{}, open at {fraction} x capacity:", t.name);
+                    }
                     let mut m = drive(&o, o.keys, load, call1.clone(), &t.pids).await;
                     m.target = t.name.clone();
                     rows.push(m);
