@@ -282,7 +282,7 @@ impl Config {
                     burst: None,
                     quota: RateLimit::build_quota(rpu, unit, algorithm, None).ok()?,
                     full_key: Arc::clone(&full_key),
-                    counters: Default::default(),
+                    counters: crate::metrics::LimitCounters::none(),
                 }),
                 shared: Vec::new(),
                 metric_key: full_key,

@@ -211,13 +211,27 @@ fn descriptor_counters(key: &str) -> [Counter; 4] {
     .map(|name| metrics::counter!(name, "key" => key.to_owned()))
 }
 
-/// The counters of a rate limit's own label (its descriptor path), made
-/// on its first decision and kept with the limit, so that a descriptor
-/// labelled by its limit's path costs no lock, hash or handle clone. A
-/// limit built again by a reload makes its own, which record into the
-/// same series.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct LimitCounters(OnceLock<[Counter; 4]>);
+/// The counters of a configured rate limit's own label (its descriptor
+/// path), made on its first decision and kept with the limit, so that a
+/// descriptor labelled by its limit's path costs no lock, hash or handle
+/// clone. A limit built again by a reload makes its own, which record
+/// into the same series. A limit Envoy sent with a request lives for that
+/// request: it keeps none ([`LimitCounters::none`]), and its label's
+/// handles are looked up in the shared map.
+#[derive(Debug, Clone)]
+pub(crate) struct LimitCounters(Option<OnceLock<[Counter; 4]>>);
+
+impl LimitCounters {
+    /// Counters kept with a configured limit, made on its first decision.
+    pub(crate) fn kept() -> Self {
+        Self(Some(OnceLock::new()))
+    }
+
+    /// No counters kept: a limit that lives for one request.
+    pub(crate) fn none() -> Self {
+        Self(None)
+    }
+}
 
 /// Counts the hits of a descriptor found as `found`: under its limit's
 /// own label from the counters kept with the limit, under any other label
@@ -226,8 +240,10 @@ pub(crate) struct LimitCounters(OnceLock<[Counter; 4]>);
 pub(crate) fn descriptor(found: &Found, hits: u64, within: bool) {
     let limit = &found.limit;
     let shadow = limit.shadow_mode;
-    if Arc::ptr_eq(&found.metric_key, &limit.full_key) {
-        let kept = limit.counters.0.get_or_init(|| {
+    if let Some(cell) = &limit.counters.0
+        && Arc::ptr_eq(&found.metric_key, &limit.full_key)
+    {
+        let kept = cell.get_or_init(|| {
             install();
             descriptor_counters(&limit.full_key)
         });
@@ -306,8 +322,10 @@ mod tests {
 mod counting {
     use std::sync::Arc;
 
+    use ratelimit_core::AlgorithmKind;
+
     use super::{descriptor, render};
-    use crate::config::Config;
+    use crate::config::{Config, Unit};
 
     /// A descriptor labelled by its limit's path counts on the counters
     /// kept with the limit, one labelled with values (`detailed_metric`)
@@ -337,6 +355,18 @@ descriptors:
             let (user, team, trial) = (found("user"), found("team"), found("trial"));
             assert!(Arc::ptr_eq(&user.metric_key, &user.limit.full_key));
             assert!(!Arc::ptr_eq(&team.metric_key, &team.limit.full_key));
+            // A limit sent with the request keeps no counters of its own
+            // and counts under its path all the same.
+            let sent = config
+                .lookup(
+                    "counted",
+                    &[("sent", "red")],
+                    Some((5, Unit::Minute, AlgorithmKind::FixedWindow)),
+                )
+                .expect("a limit sent with the request");
+            assert!(sent.limit.counters.0.is_none());
+            assert!(user.limit.counters.0.is_some());
+            descriptor(&sent, 1, true);
             descriptor(&user, 2, true);
             descriptor(&user, 1, false);
             descriptor(&team, 3, true);
@@ -353,6 +383,10 @@ descriptors:
                 ),
                 (r#"ratelimit_server_over_limit{key="counted.trial"}"#, 4),
                 (r#"ratelimit_server_shadow_mode{key="counted.trial"}"#, 4),
+                (
+                    r#"ratelimit_server_within_limit{key="counted.sent_red"}"#,
+                    1,
+                ),
             ] {
                 let line = format!("{series} {}\n", value * reload);
                 assert!(text.contains(&line), "no {line:?} in\n{text}");

@@ -551,7 +551,7 @@ impl Loader<'_> {
             burst,
             quota,
             full_key: full_key.into(),
-            counters: Default::default(),
+            counters: crate::metrics::LimitCounters::kept(),
         })
     }
 }
