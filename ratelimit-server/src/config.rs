@@ -303,7 +303,6 @@ impl Config {
         let mut shown_at: SmallVec<[&'a str; 4]> = SmallVec::new();
         let mut shared: Vec<Option<String>> = Vec::new();
         let mut found: Option<Arc<RateLimit>> = None;
-        let mut any_shared = false;
         for (i, &(key, value)) in entries.iter().enumerate() {
             with_value.clear();
             with_value.push_str(key);
@@ -331,23 +330,27 @@ impl Config {
                     .and_then(|r| r.strip_prefix('_'))
                     .map(|r| s.len() - r.len())
             };
-            if let (Some(_), Some(n)) = (wildcard, next)
-                && n.share_threshold
-                && !n.wildcard_pattern.is_empty()
-            {
-                let p = &n.wildcard_pattern;
+            // The pattern whose matches share one threshold, if a wildcard
+            // with `share_threshold` matched: it stands for the value in
+            // the state's identity and in the label.
+            let pattern = match (wildcard, next) {
+                (Some(_), Some(n)) if n.share_threshold && !n.wildcard_pattern.is_empty() => {
+                    let p = n.wildcard_pattern.as_str();
+                    Some(&p[unprefixed(p).unwrap_or(0)..])
+                }
+                _ => None,
+            };
+            if let Some(p) = pattern {
                 if shared.is_empty() {
                     shared.resize(entries.len(), None);
                 }
-                shared[i] = Some(p[unprefixed(p).unwrap_or(0)..].to_owned());
-                any_shared = true;
+                shared[i] = Some(p.to_owned());
             }
             shown_at.push(match next {
                 Some(n) => {
                     if let Some(w) = wildcard {
-                        if n.share_threshold && !n.wildcard_pattern.is_empty() {
-                            let p = &n.wildcard_pattern;
-                            &p[unprefixed(p).unwrap_or(0)..]
+                        if let Some(p) = pattern {
+                            p
                         } else if n.value_to_metric {
                             value
                         } else {
@@ -376,7 +379,7 @@ impl Config {
         }
         let limit = found?;
         let metric_key: Arc<str> = if limit.detailed_metric {
-            if any_shared {
+            if !shared.is_empty() {
                 let shown = entries
                     .iter()
                     .enumerate()

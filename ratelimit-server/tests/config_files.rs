@@ -292,6 +292,11 @@ descriptors:
   - key: team
     detailed_metric: true
     rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: zone
+    value: z*
+    share_threshold: true
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
 ",
     )
     .expect("config");
@@ -314,6 +319,11 @@ descriptors:
     assert_eq!(label(&[("tenant", "t7")]), "d.tenant_t7");
     // detailed_metric: every entry with its value.
     assert_eq!(label(&[("team", "core")]), "d.team_core");
+    // detailed_metric with share_threshold: the shared pattern stands for
+    // the value, in the label and in the state's identity.
+    assert_eq!(label(&[("zone", "z9")]), "d.zone_z*");
+    let z = c.lookup("d", &[("zone", "z9")], None).expect("zone");
+    assert_eq!(z.shared, vec![Some("z*".to_owned())]);
     // A label that is the limit's path is the limit's own, not a copy.
     let f = c.lookup("d", &[("plan", "gold")], None).expect("plan");
     assert!(std::sync::Arc::ptr_eq(&f.metric_key, &f.limit.full_key));
