@@ -529,7 +529,7 @@ async fn drive(o: &Opts, keys: u32, load: Load, call: Call, pids: &Pids) -> Meas
             // its scheduled time.
             let conns = o.connections;
             let per = rate / conns as f64;
-            let trace = std::env::var_os("LOADGEN_TRACE").map(|_| traced.clone());
+            let trace = tracing().then(|| traced.clone());
             let start = Instant::now();
             if trace.is_some() {
                 let unix = std::time::SystemTime::now()
@@ -646,6 +646,12 @@ async fn drive(o: &Opts, keys: u32, load: Load, call: Call, pids: &Pids) -> Meas
         server_cpu,
         store_cpu,
     }
+}
+
+/// Whether `LOADGEN_TRACE` is set (see the module docs).
+fn tracing() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("LOADGEN_TRACE").is_some())
 }
 
 /// One connection's answers under `LOADGEN_TRACE`: each one's scheduled
@@ -1323,7 +1329,7 @@ fn main() {
                         fraction,
                         rate: capacity * fraction,
                     };
-                    if std::env::var_os("LOADGEN_TRACE").is_some() {
+                    if tracing() {
                         eprintln!("{}, open at {fraction} x capacity:", t.name);
                     }
                     let mut m = drive(&o, o.keys, load, call1.clone(), &t.pids).await;
