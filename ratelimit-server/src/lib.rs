@@ -2,6 +2,7 @@
 
 pub mod config;
 mod error;
+mod grpc_conn;
 pub mod http;
 pub mod json;
 pub mod limits;

@@ -13,10 +13,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
 use crate::config::{Config, LoadOptions, config_files};
+use crate::grpc_conn::{GrpcApp, Http2};
 use crate::service::{RateLimitService, ServiceError};
 
 /// The full gRPC name of Envoy's rate limit service, under which health is
@@ -144,60 +144,81 @@ pub async fn serve_with(
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let router = tonic::transport::Server::builder()
-        .max_concurrent_streams(transport.grpc_max_streams)
-        .add_service(health)
-        .add_service(
-            RateLimitServiceServer::new(Grpc(service.clone()))
-                .max_decoding_message_size(transport.max_message_bytes),
-        );
+    let app = GrpcApp::new(
+        RateLimitServiceServer::new(Grpc(service.clone()))
+            .max_decoding_message_size(transport.max_message_bytes),
+        health,
+    );
+    let http2 = Http2 {
+        max_streams: transport.grpc_max_streams,
+    };
     let grpc_task: tokio::task::JoinHandle<std::io::Result<()>> = if transport.grpc_workers > 0 {
         let workers = crate::workers::Workers::start(
             transport.grpc_workers,
-            &router,
+            &app,
+            http2,
             transport.tls.clone(),
             &stop_rx,
         )?;
         tokio::spawn(workers.serve(grpc, stopped(stop_rx.clone())))
     } else {
-        let stop = stopped(stop_rx.clone());
+        let stop = stop_rx.clone();
         match &transport.tls {
             None => {
-                let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+                let incoming = futures_util::stream::unfold(grpc, |listener| async move {
+                    loop {
+                        match listener.accept().await {
+                            Ok((tcp, _)) => {
+                                let _ = tcp.set_nodelay(true);
+                                return Some((tcp, listener));
+                            }
+                            Err(e) => {
+                                // Out of descriptors and the like: the
+                                // listener stays.
+                                tracing::debug!(error = %e, "accept failed");
+                                tokio::time::sleep(Duration::from_millis(10)).await;
+                            }
+                        }
+                    }
+                });
                 tokio::spawn(async move {
-                    router
-                        .serve_with_incoming_shutdown(incoming, stop)
-                        .await
-                        .map_err(std::io::Error::other)
+                    crate::grpc_conn::serve(Box::pin(incoming), app, http2, stop).await;
+                    Ok(())
                 })
             }
             Some(tls) => {
                 let rx = crate::tls::accept(grpc, Arc::clone(tls));
                 let incoming = futures_util::stream::unfold(rx, |mut rx| async move {
-                    rx.recv().await.map(|conn| (conn, rx))
+                    loop {
+                        match rx.recv().await? {
+                            Ok(conn) => return Some((conn, rx)),
+                            Err(e) => tracing::debug!(error = %e, "a TLS connection failed"),
+                        }
+                    }
                 });
                 tokio::spawn(async move {
-                    router
-                        .serve_with_incoming_shutdown(incoming, stop)
-                        .await
-                        .map_err(std::io::Error::other)
+                    crate::grpc_conn::serve(Box::pin(incoming), app, http2, stop).await;
+                    Ok(())
                 })
             }
         }
     };
-    let app = crate::http::router(service.clone()).layer(axum::extract::DefaultBodyLimit::max(
-        transport.max_message_bytes,
-    ));
+    let http_app = crate::http::router(service.clone()).layer(
+        axum::extract::DefaultBodyLimit::max(transport.max_message_bytes),
+    );
     let http_task = match &transport.tls {
         None => tokio::spawn(
-            axum::serve(http, app)
+            axum::serve(http, http_app)
                 .with_graceful_shutdown(stopped(stop_rx.clone()))
                 .into_future(),
         ),
         Some(tls) => tokio::spawn(
-            axum::serve(crate::tls::TlsListener::new(http, Arc::clone(tls))?, app)
-                .with_graceful_shutdown(stopped(stop_rx.clone()))
-                .into_future(),
+            axum::serve(
+                crate::tls::TlsListener::new(http, Arc::clone(tls))?,
+                http_app,
+            )
+            .with_graceful_shutdown(stopped(stop_rx.clone()))
+            .into_future(),
         ),
     };
 

@@ -26,8 +26,9 @@ use std::sync::Arc;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
-use tonic::transport::server::Router;
+use tonic_health::pb::health_server::Health;
 
+use crate::grpc_conn::{GrpcApp, Http2};
 use crate::tls::ServerTls;
 
 /// The worker threads, each serving the connections handed to it.
@@ -38,11 +39,12 @@ pub(crate) struct Workers {
 }
 
 impl Workers {
-    /// Starts `n` (at least 1) threads, each serving `router` (over `tls`
+    /// Starts `n` (at least 1) threads, each serving `app` (over `tls`
     /// when given) until `stop` turns true.
-    pub(crate) fn start(
+    pub(crate) fn start<H: Health>(
         n: usize,
-        router: &Router,
+        app: &GrpcApp<H>,
+        http2: Http2,
         tls: Option<Arc<ServerTls>>,
         stop: &watch::Receiver<bool>,
     ) -> std::io::Result<Self> {
@@ -51,11 +53,11 @@ impl Workers {
         for i in 0..n.max(1) {
             let (tx, rx) = mpsc::unbounded_channel();
             let (done_tx, done_rx) = oneshot::channel();
-            let (router, tls, stop) = (router.clone(), tls.clone(), stop.clone());
+            let (app, tls, stop) = ((*app).clone(), tls.clone(), stop.clone());
             std::thread::Builder::new()
                 .name(format!("grpc-worker-{i}"))
                 .spawn(move || {
-                    let _ = done_tx.send(run(rx, router, tls, stop));
+                    let _ = done_tx.send(run(rx, app, http2, tls, stop));
                 })?;
             conns.push(tx);
             done.push(done_rx);
@@ -124,37 +126,47 @@ impl Workers {
     }
 }
 
-/// One worker thread: a single-threaded runtime serving `router` on the
+/// One worker thread: a single-threaded runtime serving `app` on the
 /// connections that come through `conns` until `stop` turns true.
-fn run(
+fn run<H: Health>(
     conns: mpsc::UnboundedReceiver<std::net::TcpStream>,
-    router: Router,
+    app: GrpcApp<H>,
+    http2: Http2,
     tls: Option<Arc<ServerTls>>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let stopped = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        let served = match tls {
+        match tls {
             None => {
                 let incoming = futures_util::stream::unfold(conns, |mut conns| async move {
-                    let std = conns.recv().await?;
-                    Some((TcpStream::from_std(std), conns))
+                    loop {
+                        let std = conns.recv().await?;
+                        match TcpStream::from_std(std) {
+                            Ok(tcp) => return Some((tcp, conns)),
+                            Err(e) => {
+                                tracing::debug!(error = %e, "a connection could not be registered");
+                            }
+                        }
+                    }
                 });
-                router.serve_with_incoming_shutdown(incoming, stopped).await
+                crate::grpc_conn::serve(Box::pin(incoming), app, http2, stop).await;
             }
             Some(tls) => {
                 let handshaken = crate::tls::handshakes(conns, tls);
                 let incoming = futures_util::stream::unfold(handshaken, |mut rx| async move {
-                    rx.recv().await.map(|conn| (conn, rx))
+                    loop {
+                        match rx.recv().await? {
+                            Ok(conn) => return Some((conn, rx)),
+                            Err(e) => tracing::debug!(error = %e, "a TLS connection failed"),
+                        }
+                    }
                 });
-                router.serve_with_incoming_shutdown(incoming, stopped).await
+                crate::grpc_conn::serve(Box::pin(incoming), app, http2, stop).await;
             }
-        };
-        served.map_err(std::io::Error::other)
+        }
+        Ok(())
     })
 }

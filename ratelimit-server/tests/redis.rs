@@ -11,7 +11,7 @@ use std::time::Duration;
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::RedisServer;
 
-use common::{Server, eventually, http, temp_dir};
+use common::{Server, descriptor, eventually, http, request, temp_dir};
 
 const CONFIG: &str = "domain: edge
 descriptors:
@@ -128,6 +128,115 @@ fn two_instances_share_one_redis_all_or_nothing_and_degrade_to_a_divided_limit()
         "{}",
         m.body
     );
+}
+
+/// One `ShouldRateLimit` call framed by hand on `h2`, with `grpc-timeout:
+/// {timeout}`: its `grpc-status` (a tonic client would enforce the
+/// timeout itself; this one leaves it to the server).
+async fn call_with_grpc_timeout(
+    send: &mut h2::client::SendRequest<bytes::Bytes>,
+    timeout: &str,
+) -> String {
+    use prost::Message;
+    let message = request("edge", vec![descriptor(&[("remote_address", "10.1.2.3")])]);
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(
+        &u32::try_from(message.encoded_len())
+            .expect("len")
+            .to_be_bytes(),
+    );
+    message.encode(&mut frame).expect("encode");
+    let req = http::Request::post("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", timeout)
+        .body(())
+        .expect("request");
+    let (answer, mut body) = send.send_request(req, false).expect("send");
+    body.send_data(frame.into(), true).expect("data");
+    let answer = answer.await.expect("answer");
+    // A trailers-only answer carries the status in its headers.
+    if let Some(s) = answer.headers().get("grpc-status") {
+        return s.to_str().expect("ascii").to_owned();
+    }
+    let mut body = answer.into_body();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("chunk");
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    let trailers = body
+        .trailers()
+        .await
+        .expect("trailers")
+        .expect("some trailers");
+    trailers["grpc-status"].to_str().expect("ascii").to_owned()
+}
+
+/// The caller's `grpc-timeout` bounds a call the store cannot answer: with
+/// Redis frozen and the service's own timeout far away, the call is
+/// answered `CANCELLED` once the caller's time is up, the connection
+/// serves on, and calls decide again once Redis is back.
+#[test]
+fn a_calls_grpc_timeout_bounds_its_wait_for_a_frozen_redis() {
+    let redis = RedisServer::start_local();
+    let server = Server::start(&[
+        "--config",
+        &config(),
+        "--backend",
+        "redis",
+        "--redis-url",
+        &redis.url(),
+        "--redis-prefix",
+        redis.prefix(),
+        "--instances",
+        "1",
+        "--timeout",
+        "30s",
+    ]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(server.grpc)
+            .await
+            .expect("connect");
+        let (mut send, conn) = h2::client::handshake(tcp).await.expect("HTTP/2");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        // 0: OK; 1: CANCELLED.
+        assert_eq!(call_with_grpc_timeout(&mut send, "300m").await, "0");
+        redis.pause();
+        let asked = std::time::Instant::now();
+        let frozen = tokio::time::timeout(
+            Duration::from_secs(15),
+            call_with_grpc_timeout(&mut send, "300m"),
+        )
+        .await;
+        let waited = asked.elapsed();
+        redis.resume();
+        let status = frozen.unwrap_or_else(|_| {
+            panic!("no answer in {waited:?}: the caller's grpc-timeout (300 ms) was not kept")
+        });
+        assert_eq!(status, "1", "answered after {waited:?}");
+        // Back on the same connection once Redis answers again (a bounded
+        // wait: the store's reconnection is not instant).
+        let mut decided = None;
+        for _ in 0..100 {
+            let s = call_with_grpc_timeout(&mut send, "1S").await;
+            if s == "0" {
+                decided = Some(s);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            decided.as_deref(),
+            Some("0"),
+            "no decision after Redis came back"
+        );
+    });
 }
 
 #[test]

@@ -114,6 +114,53 @@ fn grpc_should_rate_limit_decides_all_descriptors_of_envoyproxys_example() {
     });
 }
 
+/// A call to a method or a service the server does not have is answered
+/// `UNIMPLEMENTED` on the same connection, which goes on serving; a
+/// malformed `grpc-timeout` is ignored, as gRPC's servers do.
+#[test]
+fn unknown_methods_are_unimplemented_and_the_connection_serves_on() {
+    let server = Server::start(&[
+        "--config",
+        &fixture("examples__ratelimit__config__example.yaml"),
+    ]);
+    rt().block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(server.grpc_url())
+            .expect("url")
+            .connect()
+            .await
+            .expect("connect");
+        let mut raw = tonic::client::Grpc::new(channel.clone());
+        let ask = request("rl", vec![descriptor(&[("foo", "x")])]);
+        for path in [
+            "/envoy.service.ratelimit.v3.RateLimitService/NoSuchMethod",
+            "/no.such.Service/ShouldRateLimit",
+            "/",
+            "/envoy.service.ratelimit.v3.RateLimitService",
+        ] {
+            raw.ready().await.expect("ready");
+            let e = raw
+                .unary::<_, envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse, _>(
+                    tonic::Request::new(ask.clone()),
+                    http::uri::PathAndQuery::from_static(path),
+                    tonic_prost::ProstCodec::default(),
+                )
+                .await
+                .expect_err(path);
+            assert_eq!(e.code(), tonic::Code::Unimplemented, "{path}: {e:?}");
+        }
+        let mut client = RateLimitServiceClient::new(channel);
+        let mut req = tonic::Request::new(ask);
+        req.metadata_mut()
+            .insert("grpc-timeout", "soon".parse().expect("ascii"));
+        let r = client
+            .should_rate_limit(req)
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(r.overall_code, Code::Ok as i32);
+    });
+}
+
 /// The threads of process `pid` named `grpc-worker-*`, with the CPU time
 /// each has run, in microseconds (`/proc/<pid>/task/<tid>/schedstat`).
 #[cfg(target_os = "linux")]

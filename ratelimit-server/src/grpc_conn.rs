@@ -1,0 +1,252 @@
+//! The gRPC connections: each served by hyper's HTTP/2 server straight
+//! into the generated services, without tonic's transport stack.
+//!
+//! tonic's `Server` puts several layers between a connection and a
+//! method: a boxed request body, error recovery, the `grpc-timeout`
+//! layer, an axum router matching the path, and a boxed response future
+//! at each. For a method whose own work is about a microsecond, those
+//! layers cost more than the method (`benches/loadgen.rs`: `memmove` of
+//! their futures alone was a tenth of the service's CPU). Here a request
+//! goes from hyper to the generated `RateLimitServiceServer` (or the
+//! health service) by the first segment of its path, and the
+//! `grpc-timeout` header is honoured as tonic does: past it, the call is
+//! dropped and answered `CANCELLED`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, watch};
+use tonic::body::Body;
+use tonic::server::NamedService;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tower_service::Service;
+
+use crate::server::Grpc;
+
+/// A response to a gRPC call.
+type Response = http::Response<Body>;
+/// The generated services' future.
+type Call = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send + 'static>>;
+
+/// The services one gRPC listener serves, by path.
+pub(crate) struct GrpcApp<H> {
+    rls: RateLimitServiceServer<Grpc>,
+    health: HealthServer<H>,
+}
+
+// (Derived, it would ask `H: Clone`; the servers share their service.)
+impl<H> Clone for GrpcApp<H> {
+    fn clone(&self) -> Self {
+        Self {
+            rls: self.rls.clone(),
+            health: self.health.clone(),
+        }
+    }
+}
+
+impl<H: Health> GrpcApp<H> {
+    /// Envoy's rate limit service and the health service.
+    pub(crate) fn new(rls: RateLimitServiceServer<Grpc>, health: HealthServer<H>) -> Self {
+        Self { rls, health }
+    }
+
+    /// Routes a request by its service's name (the path's first segment).
+    fn route(&self, req: http::Request<Incoming>) -> Call {
+        let service = req
+            .uri()
+            .path()
+            .strip_prefix('/')
+            .and_then(|p| p.split_once('/'))
+            .map(|(s, _)| s);
+        if service == Some(RateLimitServiceServer::<Grpc>::NAME) {
+            self.rls.clone().call(req)
+        } else if service == Some(HealthServer::<H>::NAME) {
+            self.health.clone().call(req)
+        } else {
+            Box::pin(std::future::ready(Ok(unimplemented())))
+        }
+    }
+}
+
+impl<H: Health> hyper::service::Service<http::Request<Incoming>> for GrpcApp<H> {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Deadlined;
+
+    fn call(&self, req: http::Request<Incoming>) -> Self::Future {
+        let limit = grpc_timeout(req.headers());
+        Deadlined {
+            call: self.route(req),
+            expiry: limit.map(|d| Box::pin(tokio::time::sleep(d))),
+        }
+    }
+}
+
+/// A call raced against the client's `grpc-timeout`, if it sent one.
+pub(crate) struct Deadlined {
+    call: Call,
+    expiry: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Future for Deadlined {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Poll::Ready(r) = self.call.as_mut().poll(cx) {
+            return Poll::Ready(r);
+        }
+        match &mut self.expiry {
+            Some(expiry) => match expiry.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    Poll::Ready(Ok(tonic::Status::cancelled("Timeout expired").into_http()))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// A trailers-only `UNIMPLEMENTED` answer, for a path no service serves.
+fn unimplemented() -> Response {
+    tonic::Status::unimplemented("").into_http()
+}
+
+/// The `grpc-timeout` header's duration (gRPC over HTTP/2: at most eight
+/// digits and a unit, `H M S m u n`); absent or malformed: none, as tonic
+/// reads it.
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let v = headers.get("grpc-timeout")?.to_str().ok()?;
+    if v.len() < 2 || v.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = v.split_at(v.len() - 1);
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// How each gRPC connection speaks HTTP/2.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Http2 {
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`.
+    pub(crate) max_streams: u32,
+}
+
+/// Serves the connections that come out of `conns` with `app` until
+/// `stop` turns true; then lets each finish the requests it has (HTTP/2's
+/// graceful shutdown: `GOAWAY`, then the streams already open) and
+/// returns once every connection has closed.
+pub(crate) async fn serve<H, I, S>(
+    mut conns: S,
+    app: GrpcApp<H>,
+    http2: Http2,
+    mut stop: watch::Receiver<bool>,
+) where
+    H: Health,
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: futures_util::Stream<Item = I> + Unpin,
+{
+    use futures_util::StreamExt;
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(http2.max_streams);
+    let builder = Arc::new(builder);
+    // Each connection holds a sender: when the last is gone, every
+    // connection has closed.
+    let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
+    loop {
+        let io = tokio::select! {
+            () = stopped(&mut stop) => break,
+            io = conns.next() => match io {
+                Some(io) => io,
+                None => break,
+            },
+        };
+        let (app, builder, mut stop, open) =
+            (app.clone(), builder.clone(), stop.clone(), open_tx.clone());
+        tokio::spawn(async move {
+            let conn = builder.serve_connection(TokioIo::new(io), app);
+            tokio::pin!(conn);
+            let served = tokio::select! {
+                r = conn.as_mut() => r,
+                () = stopped(&mut stop) => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = served {
+                tracing::debug!(error = %e, "gRPC connection ended with an error");
+            }
+            drop(open);
+        });
+    }
+    drop(conns);
+    drop(open_tx);
+    let _ = open_rx.recv().await;
+}
+
+/// Completes once `stop` turns true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout(v: &str) -> Option<Duration> {
+        let mut h = http::HeaderMap::new();
+        h.insert("grpc-timeout", v.parse().expect("ascii"));
+        grpc_timeout(&h)
+    }
+
+    #[test]
+    fn grpc_timeouts_read_in_every_unit() {
+        assert_eq!(timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(timeout("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(timeout("4S"), Some(Duration::from_secs(4)));
+        assert_eq!(timeout("20m"), Some(Duration::from_millis(20)));
+        assert_eq!(timeout("500u"), Some(Duration::from_micros(500)));
+        assert_eq!(timeout("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        assert_eq!(timeout("0m"), Some(Duration::ZERO));
+        assert_eq!(grpc_timeout(&http::HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn malformed_grpc_timeouts_are_none() {
+        // Nine digits, no digits, no unit, an unknown unit, a sign, spaces.
+        for v in [
+            "123456789m",
+            "m",
+            "20",
+            "20x",
+            "-1m",
+            "+1m",
+            " 1m",
+            "1 m",
+            "1.5S",
+        ] {
+            assert_eq!(timeout(v), None, "{v:?}");
+        }
+    }
+}
