@@ -31,6 +31,8 @@
 //!   out), over Redis with `--timeout 1s` so that every decision is the
 //!   store's (at the default 20 ms the generator's lag on a shared core
 //!   turns some into lease answers);
+//! - with `--baseline BIN`, another build of `ratelimit-server` on the
+//!   local store, beside this one's in every round (an A/B of two builds);
 //! - `throttlecrab-server` (its own gRPC `Throttle`, GCRA, in process);
 //! - Limitador's server with its `memory` and `redis` storages, over the
 //!   same Envoy `ShouldRateLimit` requests as ours;
@@ -210,6 +212,9 @@ struct Opts {
     rounds: usize,
     throttlecrab: Option<PathBuf>,
     limitador: Option<PathBuf>,
+    /// Another build of `ratelimit-server`, run on the local store beside
+    /// this one's (an A/B of two builds in one run).
+    baseline: Option<PathBuf>,
     redis: bool,
     cluster: bool,
     /// The CPUs of the servers and of the generator (with Redis), when
@@ -221,7 +226,7 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "loadgen: {msg}\nusage: loadgen [--duration S] [--in-flight N,N] [--open F,F] \
          [--connections N] [--keys N] [--rounds N] [--throttlecrab BIN] [--limitador BIN] \
-         [--no-redis] [--no-cluster] [--no-pin]"
+         [--baseline BIN] [--no-redis] [--no-cluster] [--no-pin]"
     );
     std::process::exit(2)
 }
@@ -246,6 +251,7 @@ fn opts() -> Opts {
         rounds: 3,
         throttlecrab: std::env::var_os("THROTTLECRAB_SERVER").map(PathBuf::from),
         limitador: std::env::var_os("LIMITADOR_SERVER").map(PathBuf::from),
+        baseline: None,
         redis: true,
         cluster: true,
         pin: pinning(),
@@ -271,6 +277,7 @@ fn opts() -> Opts {
             "--rounds" => o.rounds = list("--rounds", &value())[0],
             "--throttlecrab" => o.throttlecrab = Some(PathBuf::from(value())),
             "--limitador" => o.limitador = Some(PathBuf::from(value())),
+            "--baseline" => o.baseline = Some(PathBuf::from(value())),
             "--no-redis" => o.redis = false,
             "--no-cluster" => o.cluster = false,
             "--no-pin" => o.pin = None,
@@ -281,6 +288,7 @@ fn opts() -> Opts {
     }
     o.throttlecrab = o.throttlecrab.map(|p| binary(&p));
     o.limitador = o.limitador.map(|p| binary(&p));
+    o.baseline = o.baseline.map(|p| binary(&p));
     if o.in_flight.is_empty() || o.in_flight.contains(&0) {
         usage("--in-flight needs counts above 0");
     }
@@ -988,8 +996,25 @@ fn spawn(what: &str, cmd: Command, addr: SocketAddr) -> Proc {
 }
 
 fn ours(name: &str, configs: &[PathBuf], extra: &[String], store: Vec<u32>) -> Target {
+    ours_from(
+        Path::new(env!("CARGO_BIN_EXE_ratelimit-server")),
+        name,
+        configs,
+        extra,
+        store,
+    )
+}
+
+/// [`ours`], from the binary `bin` (`--baseline`).
+fn ours_from(
+    bin: &Path,
+    name: &str,
+    configs: &[PathBuf],
+    extra: &[String],
+    store: Vec<u32>,
+) -> Target {
     let grpc = local_addr();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+    let mut cmd = Command::new(bin);
     for c in configs {
         cmd.arg("--config").arg(c);
     }
@@ -1200,6 +1225,15 @@ fn main() {
         &[],
         Vec::new(),
     ));
+    if let Some(bin) = &o.baseline {
+        targets.push(ours_from(
+            bin,
+            "ratelimit-server (baseline build), local store",
+            &configs,
+            &[],
+            Vec::new(),
+        ));
+    }
     if let Some(bin) = &o.throttlecrab {
         targets.push(throttlecrab(bin));
     }
