@@ -1,5 +1,5 @@
 //! The gRPC connections: each served by hyper's HTTP/2 server straight
-//! into the generated services, without tonic's transport stack.
+//! into the service, without tonic's transport stack.
 //!
 //! tonic's `Server` puts several layers between a connection and a
 //! method: a boxed request body, error recovery, the `grpc-timeout`
@@ -7,10 +7,10 @@
 //! at each. For a method whose own work is about a microsecond, those
 //! layers cost more than the method (`benches/loadgen.rs`: `memmove` of
 //! their futures alone was a tenth of the service's CPU). Here a request
-//! goes from hyper to the generated `RateLimitServiceServer` (or the
-//! health service) by the first segment of its path, and the
-//! `grpc-timeout` header is honoured as tonic does: past it, the call is
-//! dropped and answered `CANCELLED`.
+//! goes from hyper to `ShouldRateLimit` ([`crate::grpc_unary`]) or to the
+//! health service by its path; any other path is answered
+//! `UNIMPLEMENTED`. The `grpc-timeout` header is honoured as tonic does:
+//! past it, the call is dropped and answered `CANCELLED`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,57 +19,74 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
-use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tower_service::Service;
 
-use crate::server::Grpc;
+use crate::grpc_unary::{Reply, status};
+use crate::server::RLS_SERVICE_NAME;
+use crate::service::RateLimitService;
 
 /// A response to a gRPC call.
-type Response = http::Response<Body>;
+type Response = http::Response<Reply>;
 /// The generated services' future.
 type Call = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send + 'static>>;
 
 /// The services one gRPC listener serves, by path.
 pub(crate) struct GrpcApp<H> {
-    rls: RateLimitServiceServer<Grpc>,
+    service: Arc<RateLimitService>,
+    /// The decoding limit of a request's message, in bytes.
+    max_message_bytes: usize,
     health: HealthServer<H>,
 }
 
-// (Derived, it would ask `H: Clone`; the servers share their service.)
+// (Derived, it would ask `H: Clone`; the health server shares its service.)
 impl<H> Clone for GrpcApp<H> {
     fn clone(&self) -> Self {
         Self {
-            rls: self.rls.clone(),
+            service: self.service.clone(),
+            max_message_bytes: self.max_message_bytes,
             health: self.health.clone(),
         }
     }
 }
 
+/// The one method of Envoy's rate limit service.
+const SHOULD_RATE_LIMIT: &str = "ShouldRateLimit";
+
 impl<H: Health> GrpcApp<H> {
-    /// Envoy's rate limit service and the health service.
-    pub(crate) fn new(rls: RateLimitServiceServer<Grpc>, health: HealthServer<H>) -> Self {
-        Self { rls, health }
+    /// Envoy's rate limit service, its messages decoded up to
+    /// `max_message_bytes`, and the health service.
+    pub(crate) fn new(
+        service: Arc<RateLimitService>,
+        max_message_bytes: usize,
+        health: HealthServer<H>,
+    ) -> Self {
+        Self {
+            service,
+            max_message_bytes,
+            health,
+        }
     }
 
-    /// Routes a request by its service's name (the path's first segment).
+    /// Routes a request by its path: `/{service}/{method}`.
     fn route(&self, req: http::Request<Incoming>) -> Call {
-        let service = req
+        let (service, method) = req
             .uri()
             .path()
             .strip_prefix('/')
             .and_then(|p| p.split_once('/'))
-            .map(|(s, _)| s);
-        if service == Some(RateLimitServiceServer::<Grpc>::NAME) {
-            self.rls.clone().call(req)
-        } else if service == Some(HealthServer::<H>::NAME) {
-            self.health.clone().call(req)
+            .unwrap_or_default();
+        if service == RLS_SERVICE_NAME && method == SHOULD_RATE_LIMIT {
+            let (svc, max) = (self.service.clone(), self.max_message_bytes);
+            Box::pin(async move { Ok(crate::grpc_unary::should_rate_limit(svc, max, req).await) })
+        } else if service == HealthServer::<H>::NAME {
+            let answer = self.health.clone().call(req);
+            Box::pin(async move { answer.await.map(|r| r.map(Reply::Tonic)) })
         } else {
             Box::pin(std::future::ready(Ok(unimplemented())))
         }
@@ -106,7 +123,7 @@ impl Future for Deadlined {
         match &mut self.expiry {
             Some(expiry) => match expiry.as_mut().poll(cx) {
                 Poll::Ready(()) => {
-                    Poll::Ready(Ok(tonic::Status::cancelled("Timeout expired").into_http()))
+                    Poll::Ready(Ok(status(tonic::Status::cancelled("Timeout expired"))))
                 }
                 Poll::Pending => Poll::Pending,
             },
@@ -117,7 +134,7 @@ impl Future for Deadlined {
 
 /// A trailers-only `UNIMPLEMENTED` answer, for a path no service serves.
 fn unimplemented() -> Response {
-    tonic::Status::unimplemented("").into_http()
+    status(tonic::Status::unimplemented(""))
 }
 
 /// The `grpc-timeout` header's duration (gRPC over HTTP/2: at most eight

@@ -3,6 +3,7 @@
 pub mod config;
 mod error;
 mod grpc_conn;
+mod grpc_unary;
 pub mod http;
 pub mod json;
 pub mod limits;

@@ -7,9 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService as RlsApi, RateLimitServiceServer,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService as RlsApi;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -35,9 +33,17 @@ impl RlsApi for Grpc {
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         match self.0.should_rate_limit(request.get_ref()).await {
             Ok(r) => Ok(tonic::Response::new(r)),
-            Err(ServiceError::Invalid(e)) => Err(tonic::Status::invalid_argument(e.to_string())),
-            Err(e) => Err(tonic::Status::internal(e.to_string())),
+            Err(e) => Err(status_of(e)),
         }
+    }
+}
+
+/// A refused request's gRPC status: `INVALID_ARGUMENT` for bad input,
+/// `INTERNAL` otherwise.
+pub(crate) fn status_of(e: ServiceError) -> tonic::Status {
+    match e {
+        ServiceError::Invalid(e) => tonic::Status::invalid_argument(e.to_string()),
+        e => tonic::Status::internal(e.to_string()),
     }
 }
 
@@ -144,11 +150,7 @@ pub async fn serve_with(
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let app = GrpcApp::new(
-        RateLimitServiceServer::new(Grpc(service.clone()))
-            .max_decoding_message_size(transport.max_message_bytes),
-        health,
-    );
+    let app = GrpcApp::new(service.clone(), transport.max_message_bytes, health);
     let http2 = Http2 {
         max_streams: transport.grpc_max_streams,
     };

@@ -11,7 +11,10 @@ use std::time::Duration;
 use ratelimit_testkit::redis_cluster::RedisCluster;
 use ratelimit_testkit::redis_server::RedisServer;
 
-use common::{Server, descriptor, eventually, http, request, temp_dir};
+use common::{
+    SHOULD_RATE_LIMIT, Server, descriptor, eventually, grpc_frame, http, raw_grpc_call,
+    raw_grpc_connection, request, temp_dir,
+};
 
 const CONFIG: &str = "domain: edge
 descriptors:
@@ -130,46 +133,23 @@ fn two_instances_share_one_redis_all_or_nothing_and_degrade_to_a_divided_limit()
     );
 }
 
-/// One `ShouldRateLimit` call framed by hand on `h2`, with `grpc-timeout:
-/// {timeout}`: its `grpc-status` (a tonic client would enforce the
-/// timeout itself; this one leaves it to the server).
+/// One `ShouldRateLimit` call with `grpc-timeout: {timeout}`: its
+/// `grpc-status` (a tonic client would enforce the timeout itself; this
+/// one leaves it to the server).
 async fn call_with_grpc_timeout(
     send: &mut h2::client::SendRequest<bytes::Bytes>,
     timeout: &str,
 ) -> String {
     use prost::Message;
     let message = request("edge", vec![descriptor(&[("remote_address", "10.1.2.3")])]);
-    let mut frame = vec![0u8];
-    frame.extend_from_slice(
-        &u32::try_from(message.encoded_len())
-            .expect("len")
-            .to_be_bytes(),
-    );
-    message.encode(&mut frame).expect("encode");
-    let req = http::Request::post("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .header("grpc-timeout", timeout)
-        .body(())
-        .expect("request");
-    let (answer, mut body) = send.send_request(req, false).expect("send");
-    body.send_data(frame.into(), true).expect("data");
-    let answer = answer.await.expect("answer");
-    // A trailers-only answer carries the status in its headers.
-    if let Some(s) = answer.headers().get("grpc-status") {
-        return s.to_str().expect("ascii").to_owned();
-    }
-    let mut body = answer.into_body();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.expect("chunk");
-        let _ = body.flow_control().release_capacity(chunk.len());
-    }
-    let trailers = body
-        .trailers()
-        .await
-        .expect("trailers")
-        .expect("some trailers");
-    trailers["grpc-status"].to_str().expect("ascii").to_owned()
+    raw_grpc_call(
+        send,
+        SHOULD_RATE_LIMIT,
+        &[("grpc-timeout", timeout)],
+        grpc_frame(0, &message.encode_to_vec()),
+    )
+    .await
+    .status
 }
 
 /// The caller's `grpc-timeout` bounds a call the store cannot answer: with
@@ -198,13 +178,7 @@ fn a_calls_grpc_timeout_bounds_its_wait_for_a_frozen_redis() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(server.grpc)
-            .await
-            .expect("connect");
-        let (mut send, conn) = h2::client::handshake(tcp).await.expect("HTTP/2");
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let mut send = raw_grpc_connection(server.grpc).await;
         // 0: OK; 1: CANCELLED.
         assert_eq!(call_with_grpc_timeout(&mut send, "300m").await, "0");
         redis.pause();

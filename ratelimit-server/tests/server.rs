@@ -12,7 +12,8 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use common::{
-    Server, config_file, descriptor, eventually, fixture, http, request, temp_dir, write_whole,
+    SHOULD_RATE_LIMIT, Server, config_file, descriptor, eventually, fixture, grpc_frame, http,
+    raw_grpc_call, raw_grpc_connection, request, temp_dir, write_whole,
 };
 
 const RLS: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -158,6 +159,101 @@ fn unknown_methods_are_unimplemented_and_the_connection_serves_on() {
             .expect("rpc")
             .into_inner();
         assert_eq!(r.overall_code, Code::Ok as i32);
+    });
+}
+
+/// `ShouldRateLimit` framed by hand, good and bad: one message in one
+/// frame is decided (and so is one split over several data frames); a
+/// body that is not exactly one uncompressed message of at most the
+/// decoding limit gets the status gRPC's servers give it, and the
+/// connection serves on.
+#[test]
+fn should_rate_limit_answers_malformed_grpc_frames_with_their_status() {
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+    use prost::Message;
+    let server = Server::start(&[
+        "--config",
+        &fixture("examples__ratelimit__config__example.yaml"),
+    ]);
+    rt().block_on(async {
+        let mut send = raw_grpc_connection(server.grpc).await;
+        let message = request("rl", vec![descriptor(&[("foo", "x")])]).encode_to_vec();
+        let ok = raw_grpc_call(&mut send, SHOULD_RATE_LIMIT, &[], grpc_frame(0, &message)).await;
+        assert_eq!(ok.status, "0", "{:?}", ok.message);
+        let answer = RateLimitResponse::decode(&ok.body[5..]).expect("one framed answer");
+        assert_eq!(&ok.body[..5], &grpc_frame(0, &answer.encode_to_vec())[..5]);
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+        assert_eq!(answer.statuses[0].limit_remaining, 1);
+        // foo's second of 2 per minute, from a message in three data frames.
+        let framed = grpc_frame(0, &message);
+        let split = {
+            let mut req = http::Request::post(SHOULD_RATE_LIMIT)
+                .header("content-type", "application/grpc")
+                .body(())
+                .expect("request");
+            req.headers_mut()
+                .insert("te", http::HeaderValue::from_static("trailers"));
+            let (answer, mut out) = send.send_request(req, false).expect("send");
+            out.send_data(framed[..3].to_vec().into(), false)
+                .expect("data");
+            out.send_data(framed[3..9].to_vec().into(), false)
+                .expect("data");
+            out.send_data(framed[9..].to_vec().into(), true)
+                .expect("data");
+            let mut body = answer.await.expect("answer").into_body();
+            let mut bytes = Vec::new();
+            while let Some(c) = body.data().await {
+                bytes.extend_from_slice(&c.expect("chunk"));
+            }
+            RateLimitResponse::decode(&bytes[5..]).expect("answer")
+        };
+        assert_eq!(split.overall_code, Code::Ok as i32);
+        assert_eq!(split.statuses[0].limit_remaining, 0);
+
+        let mut two = grpc_frame(0, &message);
+        two.extend(grpc_frame(0, &message));
+        let mut long = grpc_frame(0, &message);
+        long[1..5].copy_from_slice(&(64u32 << 20).to_be_bytes());
+        // (what, headers, body, grpc-status)
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Vec<u8>, &'a str);
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "gzip",
+                &[("grpc-encoding", "gzip")],
+                grpc_frame(1, &message),
+                "12",
+            ),
+            (
+                "compressed flag, no encoding",
+                &[],
+                grpc_frame(1, &message),
+                "13",
+            ),
+            ("flag 2", &[], grpc_frame(2, &message), "13"),
+            ("empty body", &[], Vec::new(), "13"),
+            ("half a prefix", &[], vec![0, 0, 0], "13"),
+            (
+                "cut short",
+                &[],
+                grpc_frame(0, &message)[..8].to_vec(),
+                "13",
+            ),
+            ("two messages", &[], two, "13"),
+            ("over the limit", &[], long, "11"),
+            ("not protobuf", &[], grpc_frame(0, &[0xff; 7]), "13"),
+        ];
+        for (what, headers, body, want) in cases {
+            let r = raw_grpc_call(&mut send, SHOULD_RATE_LIMIT, headers, body).await;
+            assert_eq!(r.status, want, "{what}: {:?}", r.message);
+        }
+        // An invalid request (empty domain) is the caller's error.
+        let empty = request("", vec![descriptor(&[("foo", "x")])]).encode_to_vec();
+        let r = raw_grpc_call(&mut send, SHOULD_RATE_LIMIT, &[], grpc_frame(0, &empty)).await;
+        assert_eq!(r.status, "3", "{:?}", r.message);
+        // The connection still decides.
+        let bar = request("rl", vec![descriptor(&[("foo", "y")])]).encode_to_vec();
+        let r = raw_grpc_call(&mut send, SHOULD_RATE_LIMIT, &[], grpc_frame(0, &bar)).await;
+        assert_eq!(r.status, "0", "{:?}", r.message);
     });
 }
 

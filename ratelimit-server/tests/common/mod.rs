@@ -295,3 +295,84 @@ pub fn write_whole(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
     std::fs::rename(&part, &path).expect("rename config");
     path
 }
+
+/// A gRPC call framed by hand on an HTTP/2 connection (no gRPC client
+/// between the test and the server: what a client would refuse to send,
+/// or enforce itself, reaches the server as written).
+pub struct RawCall {
+    /// The answer's `grpc-status`.
+    pub status: String,
+    /// Its `grpc-message`, if any.
+    pub message: Option<String>,
+    /// The bytes of the answer's body.
+    pub body: Vec<u8>,
+}
+
+/// A gRPC frame: the compressed flag, the length, the bytes.
+pub fn grpc_frame(compressed: u8, message: &[u8]) -> Vec<u8> {
+    let mut f = vec![compressed];
+    f.extend_from_slice(&u32::try_from(message.len()).expect("len").to_be_bytes());
+    f.extend_from_slice(message);
+    f
+}
+
+/// Sends `body` in one data frame to `path` with `headers` (beside the
+/// content type and `te`), and reads the answer's status, from its
+/// headers (trailers-only) or its trailers.
+pub async fn raw_grpc_call(
+    send: &mut h2::client::SendRequest<bytes::Bytes>,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> RawCall {
+    let mut req = http::Request::post(path)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(()).expect("request");
+    let (answer, mut out) = send.send_request(req, false).expect("send");
+    out.send_data(body.into(), true).expect("data");
+    let answer = answer.await.expect("answer");
+    let text =
+        |h: &http::HeaderMap, k: &str| h.get(k).map(|v| v.to_str().expect("ascii").to_owned());
+    if let Some(status) = text(answer.headers(), "grpc-status") {
+        return RawCall {
+            status,
+            message: text(answer.headers(), "grpc-message"),
+            body: Vec::new(),
+        };
+    }
+    let mut stream = answer.into_body();
+    let mut body = Vec::new();
+    while let Some(chunk) = stream.data().await {
+        let chunk = chunk.expect("chunk");
+        let _ = stream.flow_control().release_capacity(chunk.len());
+        body.extend_from_slice(&chunk);
+    }
+    let trailers = stream
+        .trailers()
+        .await
+        .expect("trailers")
+        .expect("some trailers");
+    RawCall {
+        status: text(&trailers, "grpc-status").expect("grpc-status"),
+        message: text(&trailers, "grpc-message"),
+        body,
+    }
+}
+
+/// An HTTP/2 connection to `addr` for [`raw_grpc_call`] (driven by a task
+/// of the current runtime).
+pub async fn raw_grpc_connection(addr: SocketAddr) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (send, conn) = h2::client::handshake(tcp).await.expect("HTTP/2");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    send
+}
+
+/// `ShouldRateLimit`'s path.
+pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
