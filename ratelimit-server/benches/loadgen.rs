@@ -69,7 +69,8 @@
 //! Envoy multiplexes its calls to a rate-limit cluster, framed as gRPC by
 //! the generator itself on the `h2` crate (a tonic client's per-call
 //! buffer task and body encoder cost the generator more than a server
-//! spends on the call). Each load runs
+//! spends on the call), each with `grpc-timeout: 1S` as Envoy sends its
+//! filter's timeout with every call. Each load runs
 //! `--duration` seconds (default 4) after a one-second warm-up;
 //! `--rounds` (default 3) rounds alternate the targets.
 //!
@@ -811,6 +812,7 @@ impl RawGrpc {
         let request = http::Request::post(uri)
             .header(http::header::CONTENT_TYPE, "application/grpc")
             .header(http::header::TE, "trailers")
+            .header("grpc-timeout", GRPC_TIMEOUT)
             .body(())
             .map_err(|e| e.to_string())?;
         let (response, mut stream) = send
@@ -860,6 +862,11 @@ impl RawGrpc {
         Ok(bytes.freeze().split_off(5))
     }
 }
+
+/// The `grpc-timeout` of every call: Envoy's rate limit filter sends its
+/// timeout with each call, and a server honours it (here the 1 s the
+/// Redis targets run with, so that it cancels nothing).
+const GRPC_TIMEOUT: &str = "1S";
 
 /// The first call error of the run, for the report.
 static FIRST_ERROR: OnceLock<String> = OnceLock::new();

@@ -10,7 +10,9 @@
 //! goes from hyper to `ShouldRateLimit` ([`crate::grpc_unary`]) or to the
 //! health service by its path; any other path is answered
 //! `UNIMPLEMENTED`. The `grpc-timeout` header is honoured as tonic does:
-//! past it, the call is dropped and answered `CANCELLED`.
+//! past it, the call is dropped and answered `CANCELLED` (its timer is set
+//! only if the call waits: Envoy sends the header with every call, and
+//! most are decided in their first poll).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -99,10 +101,14 @@ impl<H: Health> hyper::service::Service<http::Request<Incoming>> for GrpcApp<H> 
     type Future = Deadlined;
 
     fn call(&self, req: http::Request<Incoming>) -> Self::Future {
-        let limit = grpc_timeout(req.headers());
+        // The caller's time runs from the request's arrival.
+        let deadline = grpc_timeout(req.headers()).map(|d| tokio::time::Instant::now() + d);
         Deadlined {
             call: self.route(req),
-            expiry: limit.map(|d| Box::pin(tokio::time::sleep(d))),
+            expiry: match deadline {
+                Some(d) => Expiry::Unarmed(d),
+                None => Expiry::Never,
+            },
         }
     }
 }
@@ -110,7 +116,19 @@ impl<H: Health> hyper::service::Service<http::Request<Incoming>> for GrpcApp<H> 
 /// A call raced against the client's `grpc-timeout`, if it sent one.
 pub(crate) struct Deadlined {
     call: Call,
-    expiry: Option<Pin<Box<tokio::time::Sleep>>>,
+    expiry: Expiry,
+}
+
+/// A call's deadline: its timer is set only once the call has waited, so
+/// that a call decided in its first poll (the local store, a lease)
+/// costs no timer.
+enum Expiry {
+    /// The caller sent no `grpc-timeout`.
+    Never,
+    /// The deadline, its timer not set yet.
+    Unarmed(tokio::time::Instant),
+    /// The timer, set.
+    Armed(Pin<Box<tokio::time::Sleep>>),
 }
 
 impl Future for Deadlined {
@@ -120,14 +138,17 @@ impl Future for Deadlined {
         if let Poll::Ready(r) = self.call.as_mut().poll(cx) {
             return Poll::Ready(r);
         }
+        if let Expiry::Unarmed(at) = self.expiry {
+            self.expiry = Expiry::Armed(Box::pin(tokio::time::sleep_until(at)));
+        }
         match &mut self.expiry {
-            Some(expiry) => match expiry.as_mut().poll(cx) {
+            Expiry::Armed(timer) => match timer.as_mut().poll(cx) {
                 Poll::Ready(()) => {
                     Poll::Ready(Ok(status(tonic::Status::cancelled("Timeout expired"))))
                 }
                 Poll::Pending => Poll::Pending,
             },
-            None => Poll::Pending,
+            Expiry::Never | Expiry::Unarmed(_) => Poll::Pending,
         }
     }
 }
