@@ -35,7 +35,7 @@ use crate::service::RateLimitService;
 
 /// A response to a gRPC call.
 type Response = http::Response<Reply>;
-/// The generated services' future.
+/// A call's answer, to come.
 type Call = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send + 'static>>;
 
 /// The services one gRPC listener serves, by path.
@@ -101,8 +101,10 @@ impl<H: Health> hyper::service::Service<http::Request<Incoming>> for GrpcApp<H> 
     type Future = Deadlined;
 
     fn call(&self, req: http::Request<Incoming>) -> Self::Future {
-        // The caller's time runs from the request's arrival.
-        let deadline = grpc_timeout(req.headers()).map(|d| tokio::time::Instant::now() + d);
+        // The caller's time runs from the request's arrival (a deadline
+        // past the clock's range is none).
+        let deadline =
+            grpc_timeout(req.headers()).and_then(|d| tokio::time::Instant::now().checked_add(d));
         Deadlined {
             call: self.route(req),
             expiry: match deadline {

@@ -117,7 +117,7 @@ fn grpc_should_rate_limit_decides_all_descriptors_of_envoyproxys_example() {
 
 /// A call to a method or a service the server does not have is answered
 /// `UNIMPLEMENTED` on the same connection, which goes on serving; a
-/// malformed `grpc-timeout` is ignored, as gRPC's servers do.
+/// malformed `grpc-timeout` is ignored and the longest one is harmless.
 #[test]
 fn unknown_methods_are_unimplemented_and_the_connection_serves_on() {
     let server = Server::start(&[
@@ -149,16 +149,20 @@ fn unknown_methods_are_unimplemented_and_the_connection_serves_on() {
                 .expect_err(path);
             assert_eq!(e.code(), tonic::Code::Unimplemented, "{path}: {e:?}");
         }
+        // A malformed grpc-timeout is ignored; the longest one gRPC allows
+        // (about 11,000 years) is decided as any other.
         let mut client = RateLimitServiceClient::new(channel);
-        let mut req = tonic::Request::new(ask);
-        req.metadata_mut()
-            .insert("grpc-timeout", "soon".parse().expect("ascii"));
-        let r = client
-            .should_rate_limit(req)
-            .await
-            .expect("rpc")
-            .into_inner();
-        assert_eq!(r.overall_code, Code::Ok as i32);
+        for timeout in ["soon", "99999999H"] {
+            let mut req = tonic::Request::new(ask.clone());
+            req.metadata_mut()
+                .insert("grpc-timeout", timeout.parse().expect("ascii"));
+            let r = client
+                .should_rate_limit(req)
+                .await
+                .expect("rpc")
+                .into_inner();
+            assert_eq!(r.overall_code, Code::Ok as i32, "{timeout}");
+        }
     });
 }
 
