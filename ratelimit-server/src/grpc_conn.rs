@@ -24,6 +24,7 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tonic::server::NamedService;
 use tonic_health::pb::health_server::{Health, HealthServer};
@@ -243,6 +244,46 @@ pub(crate) async fn serve<H, I, S>(
     drop(conns);
     drop(open_tx);
     let _ = open_rx.recv().await;
+}
+
+/// The connections `listener` accepts, with `TCP_NODELAY` set (a failed
+/// accept, out of descriptors and the like, is logged and tried again
+/// 10 ms later: the listener stays).
+pub(crate) fn accepted(
+    listener: TcpListener,
+) -> impl futures_util::Stream<Item = TcpStream> + Unpin + Send {
+    Box::pin(futures_util::stream::unfold(
+        listener,
+        |listener| async move {
+            loop {
+                match listener.accept().await {
+                    Ok((tcp, _)) => {
+                        let _ = tcp.set_nodelay(true);
+                        return Some((tcp, listener));
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+        },
+    ))
+}
+
+/// The connections out of a channel of handshaken ones (an error is
+/// logged and skipped).
+pub(crate) fn received<I: Send + 'static>(
+    rx: mpsc::Receiver<std::io::Result<I>>,
+) -> impl futures_util::Stream<Item = I> + Unpin + Send {
+    Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await? {
+                Ok(conn) => return Some((conn, rx)),
+                Err(e) => tracing::debug!(error = %e, "a connection failed before serving"),
+            }
+        }
+    }))
 }
 
 /// Completes once `stop` turns true (or its sender is gone).

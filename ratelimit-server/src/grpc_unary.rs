@@ -23,7 +23,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming, SizeHint};
 use prost::Message;
 
-use crate::service::RateLimitService;
+use crate::service::{RateLimitService, ServiceError};
 
 /// A gRPC message's prefix: the compressed flag and the length.
 const PREFIX: usize = 5;
@@ -127,7 +127,7 @@ pub(crate) async fn should_rate_limit(
             );
             r
         }
-        Err(e) => status(crate::server::status_of(e)),
+        Err(e) => status(status_of(e)),
     }
 }
 
@@ -207,6 +207,16 @@ async fn read_message(req: http::Request<Incoming>, max: usize) -> Result<Bytes,
     }
 }
 
+/// A refused request's gRPC status: `INVALID_ARGUMENT` for bad input,
+/// `INTERNAL` otherwise.
+fn status_of(e: ServiceError) -> tonic::Status {
+    match e {
+        ServiceError::Invalid(e) => tonic::Status::invalid_argument(e.to_string()),
+        e => tonic::Status::internal(e.to_string()),
+    }
+}
+
+/// The decoding limit's refusal.
 fn too_large(len: usize, max: usize) -> tonic::Status {
     tonic::Status::out_of_range(format!(
         "Error, decoded message length too large: found {len} bytes, the limit is: {max} bytes"

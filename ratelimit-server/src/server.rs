@@ -7,45 +7,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService as RlsApi;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic_health::ServingStatus;
 
 use crate::config::{Config, LoadOptions, config_files};
 use crate::grpc_conn::{GrpcApp, Http2};
-use crate::service::{RateLimitService, ServiceError};
+use crate::service::RateLimitService;
 
 /// The full gRPC name of Envoy's rate limit service, under which health is
 /// reported (as well as under the empty name, the whole server).
 pub const RLS_SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
-
-/// The gRPC front end of a [`RateLimitService`].
-#[derive(Debug, Clone)]
-pub struct Grpc(pub Arc<RateLimitService>);
-
-#[tonic::async_trait]
-impl RlsApi for Grpc {
-    async fn should_rate_limit(
-        &self,
-        request: tonic::Request<RateLimitRequest>,
-    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        match self.0.should_rate_limit(request.get_ref()).await {
-            Ok(r) => Ok(tonic::Response::new(r)),
-            Err(e) => Err(status_of(e)),
-        }
-    }
-}
-
-/// A refused request's gRPC status: `INVALID_ARGUMENT` for bad input,
-/// `INTERNAL` otherwise.
-pub(crate) fn status_of(e: ServiceError) -> tonic::Status {
-    match e {
-        ServiceError::Invalid(e) => tonic::Status::invalid_argument(e.to_string()),
-        e => tonic::Status::internal(e.to_string()),
-    }
-}
 
 /// How a server shuts down.
 #[derive(Debug, Clone, Copy)]
@@ -167,39 +139,17 @@ pub async fn serve_with(
         let stop = stop_rx.clone();
         match &transport.tls {
             None => {
-                let incoming = futures_util::stream::unfold(grpc, |listener| async move {
-                    loop {
-                        match listener.accept().await {
-                            Ok((tcp, _)) => {
-                                let _ = tcp.set_nodelay(true);
-                                return Some((tcp, listener));
-                            }
-                            Err(e) => {
-                                // Out of descriptors and the like: the
-                                // listener stays.
-                                tracing::debug!(error = %e, "accept failed");
-                                tokio::time::sleep(Duration::from_millis(10)).await;
-                            }
-                        }
-                    }
-                });
+                let incoming = crate::grpc_conn::accepted(grpc);
                 tokio::spawn(async move {
-                    crate::grpc_conn::serve(Box::pin(incoming), app, http2, stop).await;
+                    crate::grpc_conn::serve(incoming, app, http2, stop).await;
                     Ok(())
                 })
             }
             Some(tls) => {
                 let rx = crate::tls::accept(grpc, Arc::clone(tls));
-                let incoming = futures_util::stream::unfold(rx, |mut rx| async move {
-                    loop {
-                        match rx.recv().await? {
-                            Ok(conn) => return Some((conn, rx)),
-                            Err(e) => tracing::debug!(error = %e, "a TLS connection failed"),
-                        }
-                    }
-                });
+                let incoming = crate::grpc_conn::received(rx);
                 tokio::spawn(async move {
-                    crate::grpc_conn::serve(Box::pin(incoming), app, http2, stop).await;
+                    crate::grpc_conn::serve(incoming, app, http2, stop).await;
                     Ok(())
                 })
             }

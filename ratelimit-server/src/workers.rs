@@ -24,6 +24,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use futures_util::StreamExt;
+
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic_health::pb::health_server::Health;
@@ -76,21 +78,15 @@ impl Workers {
         let Self { conns, done } = self;
         let mut next = 0usize;
         tokio::pin!(stop);
+        let mut incoming = crate::grpc_conn::accepted(listener);
         loop {
-            let accepted = tokio::select! {
+            let tcp = tokio::select! {
                 () = &mut stop => break,
-                a = listener.accept() => a,
+                tcp = incoming.next() => match tcp {
+                    Some(tcp) => tcp,
+                    None => break,
+                },
             };
-            let tcp = match accepted {
-                Ok((tcp, _)) => tcp,
-                Err(e) => {
-                    // Out of descriptors and the like: the listener stays.
-                    tracing::debug!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                    continue;
-                }
-            };
-            let _ = tcp.set_nodelay(true);
             // Handed over as a standard socket, so that the worker's own
             // runtime polls it.
             let peer = tcp.peer_addr().ok();
@@ -112,6 +108,7 @@ impl Workers {
                 Err(e) => tracing::debug!(error = %e, "a connection could not be handed over"),
             }
         }
+        drop(incoming);
         drop(conns);
         let mut first = Ok(());
         for d in done {
@@ -156,14 +153,7 @@ fn run<H: Health>(
             }
             Some(tls) => {
                 let handshaken = crate::tls::handshakes(conns, tls);
-                let incoming = futures_util::stream::unfold(handshaken, |mut rx| async move {
-                    loop {
-                        match rx.recv().await? {
-                            Ok(conn) => return Some((conn, rx)),
-                            Err(e) => tracing::debug!(error = %e, "a TLS connection failed"),
-                        }
-                    }
-                });
+                let incoming = crate::grpc_conn::received(handshaken);
                 crate::grpc_conn::serve(Box::pin(incoming), app, http2, stop).await;
             }
         }
