@@ -242,6 +242,14 @@ macro_rules! secured {
 use ratelimit_redis::tls::redacted;
 use ratelimit_server::tls::{ServerTls, TlsFiles};
 
+/// URLs for a message, each without its credentials.
+fn redacted_list(urls: &[String]) -> String {
+    urls.iter()
+        .map(|u| redacted(u))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn parse_algorithm_arg(s: &str) -> Result<AlgorithmKind, String> {
     parse_algorithm(s).ok_or_else(|| {
         format!(
@@ -394,11 +402,7 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
                 .map_err(|e| {
                     format!(
                         "cannot connect to the Redis Cluster at {}: {e}",
-                        cli.cluster_urls
-                            .iter()
-                            .map(|u| redacted(u))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        redacted_list(&cli.cluster_urls)
                     )
                 })?,
             )
@@ -429,11 +433,7 @@ async fn run(cli: Cli, config: Config, options: LoadOptions) -> Result<(), Strin
                 .map_err(|e| {
                     format!(
                         "cannot reach the primary of {master:?} through the sentinels {}: {e}",
-                        cli.sentinel_urls
-                            .iter()
-                            .map(|u| redacted(u))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        redacted_list(&cli.sentinel_urls)
                     )
                 })?,
             )
