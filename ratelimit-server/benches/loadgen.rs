@@ -76,7 +76,16 @@
 //!
 //! # Output
 //!
-//! A Markdown table of the medians over the rounds: requests per second,
+//! First, with the servers pinned, the machine's own stalls: before any
+//! load, a probe process spins on each CPU at once for 5 s, then on the
+//! servers' CPU alone, reading the clock; every gap over 0.5 ms in which
+//! it did not run (the hypervisor or the kernel ran something else) is a
+//! stall. On a virtual machine whose CPUs are shared with other guests,
+//! such stalls (seen here: up to 1 % of the time, some over 10 ms, when
+//! both of two CPUs were busy) set a floor under every p99 measured, which
+//! no server can go below.
+//!
+//! Then a Markdown table of the medians over the rounds: requests per second,
 //! p50, p99 and p99.9 of the response time, the server process's CPU time
 //! per request and, for Redis backends, the Redis servers' CPU time per
 //! request (both from `/proc/<pid>/stat` over the measured window), and the
@@ -657,6 +666,101 @@ async fn drive(o: &Opts, keys: u32, load: Load, call: Call, pids: &Pids) -> Meas
     }
 }
 
+/// The internal option that makes this program a stall probe
+/// (`--spin SECONDS`): see [`machine_stalls`].
+const SPIN: &str = "--spin";
+/// How long the stall probe spins.
+const STALL_PROBE: Duration = Duration::from_secs(5);
+/// A gap in a spinning thread's run longer than this is a stall.
+const STALL: Duration = Duration::from_micros(500);
+
+/// What a spinning thread lost on one CPU.
+struct Stalls {
+    cpu: String,
+    /// The share of the time lost in stalls, in percent.
+    lost_pct: f64,
+    /// Stalls over 2 ms.
+    over_2ms: u64,
+    longest: Duration,
+}
+
+impl std::fmt::Display for Stalls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "CPU {}: {:.2} % of the time lost in stalls, {} over 2 ms, the longest {:.1} ms",
+            self.cpu,
+            self.lost_pct,
+            self.over_2ms,
+            self.longest.as_secs_f64() * 1e3
+        )
+    }
+}
+
+/// The probe itself: spins for `d`, reading the clock, and prints the
+/// stalls seen (`lost_ns over_2ms longest_ns`); then exits.
+fn spin(d: Duration) -> ! {
+    let start = Instant::now();
+    let (mut last, mut lost, mut over_2ms, mut longest) =
+        (start, Duration::ZERO, 0u64, Duration::ZERO);
+    loop {
+        let now = Instant::now();
+        let gap = now - last;
+        last = now;
+        if gap > STALL {
+            lost += gap;
+            longest = longest.max(gap);
+            over_2ms += u64::from(gap > Duration::from_millis(2));
+        }
+        if now - start >= d {
+            break;
+        }
+    }
+    println!("{} {over_2ms} {}", lost.as_nanos(), longest.as_nanos());
+    std::process::exit(0)
+}
+
+/// Spins one probe process on each of `cpus` at once (`taskset`), for
+/// `d`: the time each lost in stalls. A run's tail latency cannot be
+/// shorter than the stalls of the CPUs it runs on.
+fn machine_stalls(cpus: &[String], d: Duration) -> Vec<Stalls> {
+    let exe = std::env::current_exe().expect("this program's path");
+    let probes: Vec<(String, Child)> = cpus
+        .iter()
+        .map(|cpu| {
+            let child = Command::new("taskset")
+                .args(["-c", cpu])
+                .arg(&exe)
+                .args([SPIN, &d.as_secs_f64().to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("start the stall probe on CPU {cpu}: {e}"));
+            (cpu.clone(), child)
+        })
+        .collect();
+    probes
+        .into_iter()
+        .map(|(cpu, child)| {
+            let out = child.wait_with_output().expect("stall probe");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let v: Vec<u128> = text
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            assert!(
+                out.status.success() && v.len() == 3,
+                "stall probe on CPU {cpu}: {text:?}"
+            );
+            Stalls {
+                cpu,
+                lost_pct: 100.0 * v[0] as f64 / d.as_nanos() as f64,
+                over_2ms: u64::try_from(v[1]).unwrap_or(u64::MAX),
+                longest: Duration::from_nanos(u64::try_from(v[2]).unwrap_or(u64::MAX)),
+            }
+        })
+        .collect()
+}
+
 /// Whether `LOADGEN_TRACE` is set (see the module docs).
 fn tracing() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
@@ -1145,8 +1249,22 @@ fn row(m: &Measured) -> String {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).is_some_and(|a| a == SPIN) {
+        let secs: f64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1.0);
+        spin(Duration::from_secs_f64(secs));
+    }
     let o = opts();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    // Before anything runs: how much time this machine takes from a busy
+    // CPU, with every CPU busy and with the servers' alone.
+    let stalls = o.pin.as_ref().map(|(servers, _)| {
+        let all: Vec<String> = (0..cores).map(|c| c.to_string()).collect();
+        (
+            machine_stalls(&all, STALL_PROBE),
+            machine_stalls(std::slice::from_ref(servers), STALL_PROBE),
+        )
+    });
     if let Some((servers, generator)) = &o.pin {
         pin_self(generator);
         eprintln!("loadgen: servers on CPU {servers}, the generator and Redis on CPU {generator}");
@@ -1413,6 +1531,21 @@ fn main() {
         o.keys,
         cores
     );
+    if let Some((all, alone)) = &stalls {
+        println!(
+            "The machine's stalls: a thread spinning on each CPU for {} s, every CPU at once, \
+             then the servers' CPU alone; a stall is a gap over {} µs in which the thread did \
+             not run (the hypervisor or the kernel ran something else):\n",
+            STALL_PROBE.as_secs(),
+            STALL.as_micros()
+        );
+        for (when, list) in [("every CPU busy", all), ("the servers' CPU alone", alone)] {
+            for s in list {
+                println!("- {when}: {s}");
+            }
+        }
+        println!();
+    }
     println!("Medians over the rounds:\n");
     println!("{HEADER}");
     println!("{ALIGN}");

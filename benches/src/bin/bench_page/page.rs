@@ -1190,17 +1190,28 @@ impl Figures {
                         .collect::<Vec<_>>()
                         .join("; ")
                 };
+                let mut ratios = String::new();
                 if !s.against_peers.is_empty() {
-                    p.para(&format!(
+                    ratios = format!(
                         "The server's CPU per request, ours over the peer's (below 1: ours costs \
-                         less): {}.",
+                         less): {}. ",
                         joined(&s.against_peers)
-                    ));
+                    );
                 }
                 p.para(&format!(
-                    "Three descriptors per request over one, the server's CPU per request: {}.",
+                    "{ratios}Three descriptors per request over one, the server's CPU per \
+                     request: {}.",
                     joined(&s.three_over_one)
                 ));
+                if !s.stalls.is_empty() {
+                    p.para(&format!(
+                        "The machine's own stalls, measured before the loads (a thread spinning \
+                         on each CPU for 5 s; a stall is a gap over 0.5 ms in which it did not \
+                         run): {}. A latency tail cannot be shorter than the stalls of the CPUs \
+                         it runs on.",
+                        joined(&s.stalls)
+                    ));
+                }
             }
             None => p.missing("server.md"),
         }

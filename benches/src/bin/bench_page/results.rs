@@ -901,6 +901,9 @@ pub(crate) struct Server {
     pub(crate) against_peers: Vec<String>,
     /// The lines comparing three descriptors per request with one.
     pub(crate) three_over_one: Vec<String>,
+    /// The machine's stalls measured before the loads (`- ...` lines; none
+    /// when the generator ran unpinned).
+    pub(crate) stalls: Vec<String>,
 }
 
 /// Reads `server.md`.
@@ -921,6 +924,7 @@ pub(crate) fn server(r: &mut Results) -> Option<Server> {
         };
         let against_peers = after("Server CPU per request, ours over");
         let three_over_one = after("Three descriptors per request over one");
+        let stalls = after("The machine's stalls");
         if three_over_one.is_empty() {
             return Err(format!(
                 "{}: no `Three descriptors per request over one` lines",
@@ -931,6 +935,7 @@ pub(crate) fn server(r: &mut Results) -> Option<Server> {
             table,
             against_peers,
             three_over_one,
+            stalls,
         })
     })
 }
