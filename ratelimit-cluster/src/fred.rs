@@ -149,12 +149,8 @@ impl FredNodes {
         {
             return Some(Arc::clone(n));
         }
-        let (host, port) = name.rsplit_once(':')?;
-        let port: u16 = port.parse().ok()?;
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
+        let (host, port) = crate::nodes::split_name(name)?;
+        let host = host.to_owned();
         let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
         let node = nodes.entry(Arc::from(name)).or_insert_with(|| {
             Arc::new(FredNode {

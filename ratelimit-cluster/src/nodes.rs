@@ -321,9 +321,7 @@ impl Nodes {
         {
             return Some(Arc::clone(node));
         }
-        let (host, port) = name.rsplit_once(':')?;
-        let port: u16 = port.parse().ok()?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let (host, port) = split_name(name)?;
         let info = self.base.clone().set_addr(at(self.base.addr(), host, port));
         let client = Client::open(info).ok()?;
         let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
@@ -575,6 +573,14 @@ fn host_port(addr: &ConnectionAddr) -> Option<(String, u16)> {
 }
 
 /// `base` (plain TCP or TLS, with its TLS settings) at `host:port`.
+/// A node's name (`host:port`, an IPv6 host in brackets) as its host
+/// (without the brackets) and port; `None` when the name is no address.
+pub(crate) fn split_name(name: &str) -> Option<(&str, u16)> {
+    let (host, port) = name.rsplit_once(':')?;
+    let port = port.parse().ok()?;
+    Some((host.trim_start_matches('[').trim_end_matches(']'), port))
+}
+
 fn at(base: &ConnectionAddr, host: &str, port: u16) -> ConnectionAddr {
     match base.clone() {
         ConnectionAddr::TcpTls {
@@ -611,6 +617,8 @@ mod tests {
         assert_eq!(host_port(info.addr()), Some(("10.0.0.2".to_owned(), 7001)));
         assert_eq!(info.redis_settings().username(), Some("app"));
         assert!(nodes.node("not an address").is_none());
+        assert!(nodes.node("10.0.0.2:port").is_none());
+        assert_eq!(split_name("[::1]:7002"), Some(("::1", 7002)));
         // One node per address.
         assert!(Arc::ptr_eq(&node, &nodes.node("10.0.0.2:7001").unwrap()));
     }
