@@ -81,9 +81,9 @@
 //! servers' CPU alone, reading the clock; every gap over 0.5 ms in which
 //! it did not run (the hypervisor or the kernel ran something else) is a
 //! stall. On a virtual machine whose CPUs are shared with other guests,
-//! such stalls (seen here: up to 1 % of the time, some over 10 ms, when
-//! both of two CPUs were busy) set a floor under every p99 measured, which
-//! no server can go below.
+//! such stalls (seen here when both of two CPUs were busy: 0.05 to 4 % of
+//! the time, the longest 9 to 31 ms; with one busy, mostly none) set a
+//! floor under every p99 measured, which no server can go below.
 //!
 //! Then a Markdown table of the medians over the rounds: requests per second,
 //! p50, p99 and p99.9 of the response time, the server process's CPU time
