@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-use common::{Server, fixture};
+use common::{EXAMPLE_CONFIG, Server, fixture};
 
 const INSTALL: &str = "pip install grpcio grpcio-tools grpcio-health-checking";
 
@@ -112,11 +112,7 @@ fn run_client(server: &Server, scenario: &Value) -> Value {
 #[test]
 fn python_grpcio_with_envoys_protos_drives_should_rate_limit_and_health() {
     require_grpcio();
-    let server = Server::start(&[
-        "--config",
-        &fixture("examples__ratelimit__config__example.yaml"),
-        "--response-headers",
-    ]);
+    let server = Server::start(&["--config", &fixture(EXAMPLE_CONFIG), "--response-headers"]);
     let pair = json!({"domain": "rl", "descriptors": [
         {"entries": [{"key": "foo", "value": "x"}, {"key": "bar", "value": "bkthomps"}]},
         {"entries": [{"key": "foo", "value": "x"}]}

@@ -12,8 +12,8 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use common::{
-    SHOULD_RATE_LIMIT, Server, config_file, descriptor, eventually, fixture, grpc_frame, http,
-    raw_grpc_call, raw_grpc_connection, request, temp_dir, write_whole,
+    EXAMPLE_CONFIG, SHOULD_RATE_LIMIT, Server, config_file, descriptor, eventually, fixture,
+    grpc_frame, http, raw_grpc_call, raw_grpc_connection, request, temp_dir, write_whole,
 };
 
 const RLS: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -38,10 +38,7 @@ fn remaining(status: &serde_json::Value) -> u64 {
 
 #[test]
 fn grpc_should_rate_limit_decides_all_descriptors_of_envoyproxys_example() {
-    let server = Server::start(&[
-        "--config",
-        &fixture("examples__ratelimit__config__example.yaml"),
-    ]);
+    let server = Server::start_on_example();
     rt().block_on(async {
         let mut client = RateLimitServiceClient::connect(server.grpc_url())
             .await
@@ -120,10 +117,7 @@ fn grpc_should_rate_limit_decides_all_descriptors_of_envoyproxys_example() {
 /// malformed `grpc-timeout` is ignored and the longest one is harmless.
 #[test]
 fn unknown_methods_are_unimplemented_and_the_connection_serves_on() {
-    let server = Server::start(&[
-        "--config",
-        &fixture("examples__ratelimit__config__example.yaml"),
-    ]);
+    let server = Server::start_on_example();
     rt().block_on(async {
         let channel = tonic::transport::Endpoint::from_shared(server.grpc_url())
             .expect("url")
@@ -175,10 +169,7 @@ fn unknown_methods_are_unimplemented_and_the_connection_serves_on() {
 fn should_rate_limit_answers_malformed_grpc_frames_with_their_status() {
     use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
     use prost::Message;
-    let server = Server::start(&[
-        "--config",
-        &fixture("examples__ratelimit__config__example.yaml"),
-    ]);
+    let server = Server::start_on_example();
     rt().block_on(async {
         let mut send = raw_grpc_connection(server.grpc).await;
         let message = request("rl", vec![descriptor(&[("foo", "x")])]).encode_to_vec();
@@ -289,7 +280,7 @@ fn worker_cpu_us(pid: u32) -> std::collections::BTreeMap<String, u64> {
 #[cfg(target_os = "linux")]
 #[test]
 fn grpc_connections_are_handed_to_the_worker_threads_in_turn() {
-    let config = fixture("examples__ratelimit__config__example.yaml");
+    let config = fixture(EXAMPLE_CONFIG);
     let server = Server::start_with_env(
         &["--config", &config, "--grpc-workers", "3"],
         &[("RUST_LOG", "ratelimit_server=debug")],
@@ -354,7 +345,7 @@ fn grpc_connections_are_handed_to_the_worker_threads_in_turn() {
 
 #[test]
 fn a_grpc_connection_is_told_the_most_requests_it_may_have_in_flight() {
-    let config = fixture("examples__ratelimit__config__example.yaml");
+    let config = fixture(EXAMPLE_CONFIG);
     // The peer's SETTINGS_MAX_CONCURRENT_STREAMS, as an HTTP/2 client sees
     // it once a request has been answered.
     let advertised = |server: &Server| -> Option<usize> {

@@ -27,6 +27,12 @@ impl Server {
         Self::start_with_env(args, &[("RUST_LOG", "info")])
     }
 
+    /// The binary on envoyproxy/ratelimit's example configuration (domain
+    /// `rl`), with nothing else set.
+    pub fn start_on_example() -> Self {
+        Self::start(&["--config", &fixture(EXAMPLE_CONFIG)])
+    }
+
     /// As [`Server::start`], with environment variables.
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
@@ -252,6 +258,9 @@ pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimit
         hits_addend: 0,
     }
 }
+
+/// envoyproxy/ratelimit's example configuration, as a fixture name.
+pub const EXAMPLE_CONFIG: &str = "examples__ratelimit__config__example.yaml";
 
 /// A fixture of envoyproxy/ratelimit's files.
 pub fn fixture(name: &str) -> String {
